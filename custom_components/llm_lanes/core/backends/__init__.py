@@ -1,0 +1,1 @@
+"""Clients for LLM servers: the only code that speaks HTTP to them."""

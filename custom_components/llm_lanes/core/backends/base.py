@@ -1,0 +1,161 @@
+"""What every backend client provides, and the data that flows through the scheduler."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+
+class ServerKind(StrEnum):
+    """The kind of LLM server behind a base URL."""
+
+    OLLAMA = "ollama"
+    LLAMA_CPP = "llama_cpp"
+    VLLM = "vllm"
+    LM_STUDIO = "lm_studio"
+    LOCALAI = "localai"
+    OPENAI_COMPATIBLE = "openai_compatible"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call of a tool the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model (JSON-schema parameters)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of a conversation."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    """For ``role == "tool"``: the call this message answers."""
+    name: str | None = None
+    """For ``role == "tool"``: the tool's name."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    """A chat completion request, independent of the server's API."""
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    json_schema: dict[str, Any] | None = None
+    """Ask for structured output that matches this schema."""
+    assistant_prefix: str = ""
+    """Resume after preemption: the answer so far, sent back as the final assistant message so
+    the server continues it. Chunks then carry only the new text."""
+    priority: int | None = None
+    """Server-side priority (vLLM ``--scheduling-policy priority``; lower runs first)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Extra server-specific sampling options, passed through."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    """Token counts of one request and where they came from."""
+
+    prompt_tokens: int
+    output_tokens: int
+    source: Literal["server", "estimate"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChunk:
+    """A piece of a streamed answer.
+
+    The last chunk has ``done=True``, a ``finish_reason`` ("stop", "length", "tool_calls", ...) and
+    ``usage``. ``output_tokens`` is how many tokens this chunk carries (1 for most servers' deltas;
+    0 for chunks without text).
+    """
+
+    text: str = ""
+    output_tokens: int = 0
+    tool_calls: tuple[ToolCall, ...] = ()
+    done: bool = False
+    finish_reason: str | None = None
+    usage: TokenUsage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo:
+    """What the device shows about the server."""
+
+    kind: ServerKind
+    version: str | None
+    models: tuple[str, ...]
+    loaded_models: tuple[str, ...] = ()
+    context_length: int | None = None
+    slots: int | None = None
+    metrics_enabled: bool = False
+    unique_id: str
+    """Stable identity of the server (used as the config entry's unique id)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerMetrics:
+    """Live load of the server, from whatever it exposes (None where it says nothing)."""
+
+    requests_running: int | None = None
+    requests_waiting: int | None = None
+    kv_cache_usage: float | None = None
+    """Fraction 0..1 of the KV cache in use."""
+    preemptions: int | None = None
+    slots_total: int | None = None
+    slots_busy: int | None = None
+    loaded_models: tuple[str, ...] = ()
+    prompt_tokens_total: int | None = None
+    output_tokens_total: int | None = None
+
+
+class Backend(ABC):
+    """A client for one LLM server. Built with an aiohttp session that the caller owns."""
+
+    kind: ServerKind
+
+    @abstractmethod
+    async def server_info(self) -> ServerInfo:
+        """Ask the server what it is and what it serves."""
+
+    @abstractmethod
+    async def list_models(self) -> tuple[str, ...]:
+        """Models the server can serve."""
+
+    @abstractmethod
+    def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
+        """Stream an answer.
+
+        Closing the iterator early (``aclose``) cancels the request at the server and frees its
+        slot. Raises a ``BackendError`` subclass on failure, never hangs.
+        """
+
+    @abstractmethod
+    async def metrics(self) -> ServerMetrics:
+        """Read the server's live load (slots, KV cache, queue)."""
+
+    @abstractmethod
+    async def warm_up(self, model: str) -> bool:
+        """Load the model and keep it resident; return whether it is loaded now."""

@@ -1,0 +1,177 @@
+"""Typed errors of the engine.
+
+Each carries a ``translation_key`` and placeholders so the integration can turn it into a
+translated Home Assistant error without string matching.
+"""
+
+from __future__ import annotations
+
+
+class LanesError(Exception):
+    """Base of every error the engine raises."""
+
+    translation_key = "unknown_error"
+
+    def __init__(self, message: str, **placeholders: str) -> None:
+        """Store the message and the placeholders used by translations."""
+        super().__init__(message)
+        self.message = message
+        self.placeholders: dict[str, str] = {"message": message, **placeholders}
+
+
+# --- scheduler ---------------------------------------------------------------------------------
+
+
+class SchedulerError(LanesError):
+    """The scheduler refused or dropped a request."""
+
+
+class LimitExceededError(SchedulerError):
+    """A request breaks a lane limit (context, output tokens); nothing was sent to the server."""
+
+    translation_key = "limit_exceeded"
+
+    def __init__(self, *, lane: str, limit: str, value: float, maximum: float) -> None:
+        """Describe which limit of which lane was broken, and by what value."""
+        super().__init__(
+            f"{limit} of {value} exceeds the {lane} lane's limit of {maximum}",
+            lane=lane,
+            limit=limit,
+            value=str(value),
+            maximum=str(maximum),
+        )
+        self.lane = lane
+        self.limit = limit
+        self.value = value
+        self.maximum = maximum
+
+
+class QueueFullError(SchedulerError):
+    """The lane's queue holds its maximum number of waiting requests."""
+
+    translation_key = "queue_full"
+
+    def __init__(self, *, lane: str, max_queued: int) -> None:
+        """Say which lane is full."""
+        super().__init__(
+            f"the {lane} lane already has {max_queued} requests waiting",
+            lane=lane,
+            maximum=str(max_queued),
+        )
+        self.lane = lane
+
+
+class QueueTimeoutError(SchedulerError):
+    """A request waited longer than its lane's max wait (or its deadline) without being admitted."""
+
+    translation_key = "queue_timeout"
+
+    def __init__(self, *, lane: str, waited_s: float) -> None:
+        """Say how long the request waited."""
+        super().__init__(
+            f"waited {waited_s:.1f} s in the {lane} lane without a free slot",
+            lane=lane,
+            waited=f"{waited_s:.1f}",
+        )
+        self.lane = lane
+
+
+class QuotaExceededError(SchedulerError):
+    """The requester spent their daily token quota and the quota action is reject."""
+
+    translation_key = "quota_exceeded"
+
+    def __init__(self, *, requester: str, used: int, quota: int) -> None:
+        """Say who is over quota."""
+        super().__init__(
+            f"{requester} used {used} of {quota} tokens allowed per day",
+            requester=requester,
+            used=str(used),
+            quota=str(quota),
+        )
+        self.requester = requester
+
+
+class SchedulerClosedError(SchedulerError):
+    """The scheduler is shutting down (integration unloaded); the request was cancelled."""
+
+    translation_key = "scheduler_closed"
+
+    def __init__(self) -> None:
+        """Explain the shutdown."""
+        super().__init__("the LLM Lanes scheduler is shutting down")
+
+
+# --- backends ----------------------------------------------------------------------------------
+
+
+class BackendError(LanesError):
+    """Talking to the LLM server failed."""
+
+    translation_key = "server_error"
+
+
+class BackendConnectionError(BackendError):
+    """The server could not be reached (refused, DNS, reset before any answer)."""
+
+    translation_key = "cannot_connect"
+
+
+class BackendTimeoutError(BackendError):
+    """The server did not answer in time (connect timeout, no first token, stream idle)."""
+
+    translation_key = "server_timeout"
+
+
+class FirstTokenTimeoutError(BackendTimeoutError):
+    """The server accepted the request but sent no first token within the limit."""
+
+
+class StreamIdleTimeoutError(BackendTimeoutError):
+    """The stream went silent for longer than the idle limit."""
+
+
+class BackendHTTPError(BackendError):
+    """The server answered with an HTTP error status."""
+
+    def __init__(self, message: str, *, status: int, body: str = "") -> None:
+        """Keep the status and a short body excerpt."""
+        super().__init__(message, status=str(status))
+        self.status = status
+        self.body = body
+
+
+class ServerBusyError(BackendHTTPError):
+    """The server is overloaded (Ollama 503 "server busy", 429)."""
+
+    translation_key = "server_busy"
+
+
+class ModelNotFoundError(BackendHTTPError):
+    """The model is not available on the server."""
+
+    translation_key = "model_not_found"
+
+
+class AuthError(BackendHTTPError):
+    """The server refused the API key."""
+
+    translation_key = "invalid_auth"
+
+
+class ToolsUnsupportedError(BackendHTTPError):
+    """The server cannot take tools (llama.cpp without ``--jinja``)."""
+
+    translation_key = "tools_unsupported"
+
+
+class MalformedStreamError(BackendError):
+    """A stream line could not be parsed."""
+
+    translation_key = "malformed_stream"
+
+
+class StreamClosedError(BackendError):
+    """The server closed the stream before it said it was done."""
+
+    translation_key = "stream_closed"

@@ -14,9 +14,13 @@ import custom_components.llm_lanes  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
-def auto_enable_custom_integrations(enable_custom_integrations: None) -> None:
-    """Let Home Assistant load integrations from custom_components in every test."""
-    return
+def auto_enable_custom_integrations(request: pytest.FixtureRequest) -> None:
+    """Let Home Assistant load custom integrations in every test that starts one.
+
+    Engine tests (``tests/core``) never touch ``hass``, so they do not pay for starting it.
+    """
+    if "hass" in request.fixturenames:
+        request.getfixturevalue("enable_custom_integrations")
 
 
 @pytest.fixture

@@ -28,3 +28,80 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
     """Home Assistant with its core integration set up (conversation needs exposed entities)."""
     assert await async_setup_component(hass, "homeassistant", {})
     return hass
+
+
+# --- LLM Lanes entries against the simulated server ----------------------------------------------
+
+from collections.abc import AsyncIterator  # noqa: E402
+
+from homeassistant.const import CONF_URL  # noqa: E402
+from pytest_homeassistant_custom_component.common import MockConfigEntry  # noqa: E402
+
+from custom_components.llm_lanes.const import (  # noqa: E402
+    CONF_KIND,
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    DOMAIN,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer  # noqa: E402
+
+SIM_MODEL = SimConfig().model
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    """How the simulated server of a test looks (override in a test module to change it)."""
+    return SimConfig(slots=2, speed=50.0)
+
+
+@pytest.fixture
+async def sim(
+    sim_config: SimConfig, socket_enabled: None
+) -> AsyncIterator[SimulatedServer]:
+    """Run a simulated LLM server on loopback (sockets allowed for the test)."""
+    async with SimulatedServer(sim_config) as server:
+        yield server
+
+
+@pytest.fixture
+def mock_config_entry(sim: SimulatedServer, sim_config: SimConfig) -> MockConfigEntry:
+    """Build an LLM Lanes entry for the simulated server, with one agent and one AI Task entity."""
+    return MockConfigEntry(
+        domain=DOMAIN,
+        title="llama.cpp (sim)",
+        data={
+            CONF_URL: sim.url,
+            CONF_KIND: sim_config.kind,
+            CONF_MODEL: sim_config.model,
+        },
+        unique_id=f"{sim_config.kind}@127.0.0.1:{sim.port}",
+        subentries_data=[
+            {
+                "subentry_type": SUBENTRY_CONVERSATION,
+                "data": {CONF_MODEL: sim_config.model, CONF_LLM_HASS_API: ["assist"]},
+                "subentry_id": "conversation_1",
+                "title": "Sim agent",
+                "unique_id": None,
+            },
+            {
+                "subentry_type": SUBENTRY_AI_TASK,
+                "data": {CONF_MODEL: sim_config.model},
+                "subentry_id": "ai_task_1",
+                "title": "Sim AI Task",
+                "unique_id": None,
+            },
+        ],
+    )
+
+
+@pytest.fixture
+async def init_integration(
+    ha_core: HomeAssistant, mock_config_entry: MockConfigEntry
+) -> MockConfigEntry:
+    """Set up the simulated server's entry."""
+    mock_config_entry.add_to_hass(ha_core)
+    assert await ha_core.config_entries.async_setup(mock_config_entry.entry_id)
+    await ha_core.async_block_till_done()
+    return mock_config_entry

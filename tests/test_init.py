@@ -1,26 +1,115 @@
-"""Set-up and unload of a config entry."""
+"""Set-up, live option changes, reload and unload of a server entry."""
 
 from __future__ import annotations
+
+import asyncio
 
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import device_registry as dr
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.const import (
+    DOMAIN,
+    OPT_BACKGROUND_PAUSED,
+    OPT_MAX_SEQUENCES,
+    OPT_POLICY,
+)
+from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from custom_components.llm_lanes.core.errors import SchedulerClosedError
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import Policy
+
+
+def _request(model: str) -> ChatRequest:
+    return ChatRequest(
+        model=model,
+        messages=(ChatMessage(role="user", content="hello"),),
+        max_tokens=2000,
+        options={"ignore_eos": True},
+    )
+
+
+async def test_setup_builds_device_and_scheduler(
+    hass: HomeAssistant, init_integration: MockConfigEntry, sim_config: SimConfig
+) -> None:
+    """The entry loads; the device describes the server; slots come from the server."""
+    entry = init_integration
+    assert entry.state is ConfigEntryState.LOADED
+    assert entry.runtime_data.scheduler.settings.max_sequences == sim_config.slots
+    device = dr.async_get(hass).async_get_device_by_identifier(
+        (DOMAIN, entry.entry_id), entry.entry_id
+    )
+    assert device is not None
+    assert device.manufacturer == "llama.cpp"
+    assert device.model == sim_config.model
+    assert device.sw_version
+    assert device.configuration_url == entry.data[CONF_URL]
+    agents = dr.async_entries_for_config_entry(dr.async_get(hass), entry.entry_id)
+    assert {d.via_device_id for d in agents if d.id != device.id} == {device.id}
+
+
+async def test_options_apply_live(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
+    """Options written by the control entities change the scheduler without a reload."""
+    entry = init_integration
+    scheduler = entry.runtime_data.scheduler
+    hass.config_entries.async_update_entry(
+        entry,
+        options={OPT_MAX_SEQUENCES: 1, OPT_POLICY: "fifo", OPT_BACKGROUND_PAUSED: True},
+    )
+    await hass.async_block_till_done()
+    assert entry.runtime_data.scheduler is scheduler
+    assert scheduler.settings.max_sequences == 1
+    assert scheduler.settings.policy is Policy.FIFO
+    assert scheduler.settings.background_paused is True
 
 
 @pytest.mark.usefixtures("ha_core")
-async def test_setup_and_unload(hass: HomeAssistant) -> None:
-    """A config entry loads, then unloads cleanly."""
-    entry = MockConfigEntry(domain=DOMAIN, data={CONF_URL: "http://127.0.0.1:11434"})
-    entry.add_to_hass(hass)
-
-    assert await hass.config_entries.async_setup(entry.entry_id)
+async def test_server_down_at_start_retries(
+    hass: HomeAssistant, mock_config_entry: MockConfigEntry, sim: SimulatedServer
+) -> None:
+    """Set-up is retried (ConfigEntryNotReady) while the server does not answer."""
+    await sim.stop()
+    mock_config_entry.add_to_hass(hass)
+    await hass.config_entries.async_setup(mock_config_entry.entry_id)
     await hass.async_block_till_done()
-    assert entry.state is ConfigEntryState.LOADED
+    assert mock_config_entry.state is ConfigEntryState.SETUP_RETRY
 
+
+async def test_unload_cancels_running_requests(
+    hass: HomeAssistant, init_integration: MockConfigEntry, sim_config: SimConfig
+) -> None:
+    """Unloading closes the scheduler: running and queued callers get SchedulerClosedError."""
+    entry = init_integration
+    scheduler = entry.runtime_data.scheduler
+    tasks = [
+        asyncio.create_task(
+            scheduler.generate(
+                _request(sim_config.model), lane=Lane.BACKGROUND, requester="job:test"
+            )
+        )
+        for _ in range(sim_config.slots + 2)
+    ]
+    # Background may not take the headroom slot: some run, the others wait.
+    while (snapshot := scheduler.snapshot()).in_flight < 1 or snapshot.queue_depth < 1:
+        await asyncio.sleep(0.01)
     assert await hass.config_entries.async_unload(entry.entry_id)
     await hass.async_block_till_done()
     assert entry.state is ConfigEntryState.NOT_LOADED
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(result, SchedulerClosedError) for result in results), results
+
+
+async def test_reload(hass: HomeAssistant, init_integration: MockConfigEntry) -> None:
+    """A reload builds a new scheduler and closes the old one."""
+    entry = init_integration
+    old = entry.runtime_data.scheduler
+    assert await hass.config_entries.async_reload(entry.entry_id)
+    await hass.async_block_till_done()
+    assert entry.state is ConfigEntryState.LOADED
+    assert entry.runtime_data.scheduler is not old

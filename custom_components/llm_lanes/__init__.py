@@ -2,21 +2,130 @@
 
 from __future__ import annotations
 
-from homeassistant.config_entries import ConfigEntry
-from homeassistant.const import Platform
+from typing import Any
+
+from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import ConfigEntryNotReady
+from homeassistant.helpers import config_validation as cv, device_registry as dr
+from homeassistant.helpers.aiohttp_client import async_get_clientsession
+from homeassistant.helpers.typing import ConfigType
 
-PLATFORMS: list[Platform] = []
+from .activity import ActivityCoordinator
+from .backend_setup import build_backend
+from .const import CONF_KIND, CONF_MODEL, DOMAIN
+from .coordinator import ServerCoordinator
+from .core.backends.base import ServerKind
+from .core.scheduler import Scheduler
+from .entity import server_device_info
+from .job_services import async_setup_job_services
+from .jobs import JobManager, JobSettings, with_options
+from .models import LLMLanesConfigEntry, LLMLanesRuntimeData
+from .repairs import async_track_server_issues
+from .services import async_setup_services
+from .settings_options import settings_from_options
 
-type LLMLanesConfigEntry = ConfigEntry[None]
+PLATFORMS: list[Platform] = [
+    Platform.AI_TASK,
+    Platform.BINARY_SENSOR,
+    Platform.CONVERSATION,
+    Platform.NUMBER,
+    Platform.SELECT,
+    Platform.SENSOR,
+    Platform.SWITCH,
+]
+
+CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
+
+
+async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
+    """Register the integration's actions (once, whatever the number of servers)."""
+    async_setup_services(hass)
+    async_setup_job_services(hass)
+    return True
 
 
 async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> bool:
-    """Set up one LLM server from a config entry."""
+    """Set up one LLM server: backend client, server coordinator, scheduler, entities."""
+    backend = build_backend(
+        async_get_clientsession(hass),
+        ServerKind(entry.data[CONF_KIND]),
+        entry.data[CONF_URL],
+        entry.data.get(CONF_API_KEY),
+    )
+    server = ServerCoordinator(hass, entry, backend)
+    await server.async_config_entry_first_refresh()
+    if (
+        not server.last_update_success
+    ):  # pragma: no cover - first refresh raises instead
+        raise ConfigEntryNotReady
+
+    scheduler = Scheduler(
+        backend, settings_from_options(entry.options, server.data.info.slots)
+    )
+    activity = ActivityCoordinator(hass, entry, scheduler)
+    jobs = JobManager(
+        hass,
+        entry.entry_id,
+        scheduler,
+        model=entry.data[CONF_MODEL],
+        settings=JobSettings.from_options(entry.options),
+    )
+    entry.runtime_data = LLMLanesRuntimeData(
+        backend=backend,
+        scheduler=scheduler,
+        server=server,
+        activity=activity,
+        jobs=jobs,
+        subentries=subentry_signature(entry),
+    )
+    entry.async_on_unload(scheduler.close)
+    await activity.async_setup()
+    await jobs.async_start()
+    # Unload callbacks run last-in first-out: running jobs stop (and are kept as interrupted)
+    # before the scheduler closes under them.
+    entry.async_on_unload(jobs.async_stop)
+
+    entry.async_on_unload(entry.add_update_listener(async_apply_options))
+    # The server's device first, so the agents' devices can hang off it (via_device).
+    entry.runtime_data.device_id = (
+        dr.async_get(hass)
+        .async_get_or_create(
+            config_entry_id=entry.entry_id, **server_device_info(entry)
+        )
+        .id
+    )
+    async_track_server_issues(hass, entry)
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
     return True
 
 
+async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+    """Apply changed options to the running scheduler, without a reload.
+
+    Subentry changes (agents, AI Task entities) also land here; they need new entities, so the
+    entry reloads when the set of subentries no longer matches the loaded entities.
+    """
+    runtime = entry.runtime_data
+    if subentry_signature(entry) != runtime.subentries:
+        hass.config_entries.async_schedule_reload(entry.entry_id)
+        return
+    server = runtime.server
+    slots = server.data.info.slots if server.data is not None else None
+    runtime.scheduler.update_settings(settings_from_options(entry.options, slots))
+    runtime.jobs.update_settings(with_options(runtime.jobs.settings, entry.options))
+
+
+def subentry_signature(
+    entry: LLMLanesConfigEntry,
+) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Describe what the subentry entities depend on: their type, title and data."""
+    return {
+        subentry_id: (subentry.subentry_type, subentry.title, dict(subentry.data))
+        for subentry_id, subentry in entry.subentries.items()
+    }
+
+
 async def async_unload_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> bool:
-    """Unload a config entry."""
+    """Unload the platforms; the scheduler closes with the entry (every caller is cancelled)."""
     return await hass.config_entries.async_unload_platforms(entry, PLATFORMS)

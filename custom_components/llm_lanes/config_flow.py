@@ -1,29 +1,298 @@
-"""Config flow for LLM Lanes."""
+"""Config flow for LLM Lanes: the server, the scheduler options and the agents."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from homeassistant.config_entries import ConfigFlow, ConfigFlowResult
-from homeassistant.const import CONF_URL
+from homeassistant.config_entries import (
+    ConfigEntry,
+    ConfigEntryState,
+    ConfigFlow,
+    ConfigFlowResult,
+    ConfigSubentryFlow,
+    OptionsFlow,
+    SubentryFlowResult,
+)
+from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
+from homeassistant.core import callback
+from homeassistant.helpers import llm
+from homeassistant.helpers.aiohttp_client import async_get_clientsession
+from homeassistant.helpers.selector import (
+    SelectOptionDict,
+    SelectSelector,
+    SelectSelectorConfig,
+    SelectSelectorMode,
+    TextSelector,
+    TextSelectorConfig,
+    TextSelectorType,
+)
 import probatio
 
-from .const import DOMAIN
+from .backend_setup import (
+    InvalidURLError,
+    ProbedServer,
+    UnsupportedServerError,
+    normalize_url,
+    probe_server,
+)
+from .const import (
+    CONF_KIND,
+    CONF_MODEL,
+    DEFAULT_AI_TASK_NAME,
+    DEFAULT_CONVERSATION_NAME,
+    DOMAIN,
+    LOGGER,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from .core.errors import AuthError, BackendError
+from .entity import SERVER_KIND_NAMES
+from .flow_schemas import options_schema, options_to_store, subentry_schema
+
+STEP_USER_SCHEMA = probatio.Schema(
+    {
+        probatio.Required(CONF_URL): TextSelector(
+            TextSelectorConfig(type=TextSelectorType.URL)
+        ),
+        probatio.Optional(CONF_API_KEY): TextSelector(
+            TextSelectorConfig(type=TextSelectorType.PASSWORD)
+        ),
+    }
+)
+
+
+def model_selector(models: tuple[str, ...]) -> SelectSelector:
+    """Build a drop-down of the models a server offers."""
+    return SelectSelector(
+        SelectSelectorConfig(
+            options=[SelectOptionDict(value=model, label=model) for model in models],
+            mode=SelectSelectorMode.DROPDOWN,
+            sort=True,
+        )
+    )
 
 
 class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
-    """Add an LLM server."""
+    """Add an LLM server: URL (and API key), detection, then the model to serve."""
 
     VERSION = 1
+
+    def __init__(self) -> None:
+        """Start with nothing probed."""
+        self._url = ""
+        self._api_key: str | None = None
+        self._probed: ProbedServer | None = None
+
+    async def _async_probe(
+        self, user_input: dict[str, Any]
+    ) -> tuple[ProbedServer | None, dict[str, str]]:
+        """Check that the URL points at a supported server that answers and serves models."""
+        try:
+            self._url = normalize_url(user_input[CONF_URL])
+        except InvalidURLError:
+            return None, {CONF_URL: "invalid_url"}
+        self._api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
+        try:
+            probed = await probe_server(
+                async_get_clientsession(self.hass), self._url, self._api_key
+            )
+        except AuthError:
+            return None, {"base": "invalid_auth"}
+        except UnsupportedServerError:
+            return None, {"base": "unsupported_server"}
+        except BackendError as err:
+            LOGGER.debug("Cannot reach %s: %s", self._url, err)
+            return None, {"base": "cannot_connect"}
+        if not probed.info.models:
+            return None, {"base": "no_models"}
+        return probed, {}
 
     async def async_step_user(
         self, user_input: dict[str, Any] | None = None
     ) -> ConfigFlowResult:
-        """Ask for the server URL."""
+        """Ask for the server URL and API key."""
+        errors: dict[str, str] = {}
         if user_input is not None:
-            self._async_abort_entries_match({CONF_URL: user_input[CONF_URL]})
-            return self.async_create_entry(title=user_input[CONF_URL], data=user_input)
+            probed, errors = await self._async_probe(user_input)
+            if probed is not None:
+                await self.async_set_unique_id(probed.info.unique_id)
+                self._abort_if_unique_id_configured()
+                self._probed = probed
+                return await self.async_step_model()
         return self.async_show_form(
             step_id="user",
-            data_schema=probatio.Schema({probatio.Required(CONF_URL): str}),
+            data_schema=self.add_suggested_values_to_schema(
+                STEP_USER_SCHEMA, user_input
+            ),
+            errors=errors,
+        )
+
+    async def async_step_model(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Pick the model the server serves to Home Assistant."""
+        assert self._probed is not None
+        info = self._probed.info
+        if user_input is not None:
+            model = user_input[CONF_MODEL]
+            data: dict[str, Any] = {
+                CONF_URL: self._url,
+                CONF_KIND: self._probed.kind.value,
+                CONF_MODEL: model,
+            }
+            if self._api_key:
+                data[CONF_API_KEY] = self._api_key
+            return self.async_create_entry(
+                title=f"{SERVER_KIND_NAMES[self._probed.kind]} ({model})",
+                data=data,
+                subentries=[
+                    {
+                        "subentry_type": SUBENTRY_CONVERSATION,
+                        "data": {
+                            CONF_MODEL: model,
+                            "llm_hass_api": [llm.LLM_API_ASSIST],
+                        },
+                        "title": DEFAULT_CONVERSATION_NAME,
+                        "unique_id": None,
+                    },
+                    {
+                        "subentry_type": SUBENTRY_AI_TASK,
+                        "data": {CONF_MODEL: model},
+                        "title": DEFAULT_AI_TASK_NAME,
+                        "unique_id": None,
+                    },
+                ],
+            )
+        default = info.loaded_models[0] if info.loaded_models else info.models[0]
+        return self.async_show_form(
+            step_id="model",
+            data_schema=probatio.Schema(
+                {
+                    probatio.Required(CONF_MODEL, default=default): model_selector(
+                        info.models
+                    )
+                }
+            ),
+            description_placeholders={
+                "kind": SERVER_KIND_NAMES[self._probed.kind],
+                "version": info.version or "?",
+            },
+        )
+
+    async def async_step_reconfigure(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Change the URL or API key of the same server."""
+        entry = self._get_reconfigure_entry()
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            probed, errors = await self._async_probe(user_input)
+            if probed is not None:
+                await self.async_set_unique_id(probed.info.unique_id)
+                self._abort_if_unique_id_mismatch(reason="wrong_server")
+                data = {
+                    **entry.data,
+                    CONF_URL: self._url,
+                    CONF_KIND: probed.kind.value,
+                }
+                data.pop(CONF_API_KEY, None)
+                if self._api_key:
+                    data[CONF_API_KEY] = self._api_key
+                return self.async_update_reload_and_abort(entry, data=data)
+        return self.async_show_form(
+            step_id="reconfigure",
+            data_schema=self.add_suggested_values_to_schema(
+                STEP_USER_SCHEMA, user_input or {CONF_URL: entry.data[CONF_URL]}
+            ),
+            errors=errors,
+        )
+
+    @staticmethod
+    @callback
+    def async_get_options_flow(config_entry: ConfigEntry) -> OptionsFlow:
+        """Edit the scheduler settings."""
+        return LLMLanesOptionsFlow()
+
+    @classmethod
+    @callback
+    def async_get_supported_subentry_types(
+        cls, config_entry: ConfigEntry
+    ) -> dict[str, type[ConfigSubentryFlow]]:
+        """Conversation agents and AI Task entities, any number of each."""
+        return {
+            SUBENTRY_CONVERSATION: LLMLanesSubentryFlow,
+            SUBENTRY_AI_TASK: LLMLanesSubentryFlow,
+        }
+
+
+class LLMLanesOptionsFlow(OptionsFlow):
+    """Every scheduler setting; applied live, without a reload."""
+
+    async def async_step_init(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Show the scheduler settings, lane objectives and limits in sections."""
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            try:
+                options = options_to_store(self.config_entry.options, user_input)
+            except ValueError:
+                errors["requester_quotas"] = "invalid_quotas"
+            else:
+                return self.async_create_entry(data=options)
+        slots = None
+        if self.config_entry.state is ConfigEntryState.LOADED:
+            server = self.config_entry.runtime_data.server
+            slots = server.data.info.slots if server.data is not None else None
+        return self.async_show_form(
+            step_id="init",
+            data_schema=options_schema(self.config_entry.options, slots, user_input),
+            errors=errors,
+        )
+
+
+class LLMLanesSubentryFlow(ConfigSubentryFlow):
+    """Add or change a conversation agent or an AI Task entity of a server."""
+
+    async def async_step_user(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Add an agent or AI Task entity."""
+        return await self._async_step_set_options(user_input, None)
+
+    async def async_step_reconfigure(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Change an agent or AI Task entity."""
+        return await self._async_step_set_options(
+            user_input, self._get_reconfigure_subentry().data
+        )
+
+    async def _async_step_set_options(
+        self,
+        user_input: dict[str, Any] | None,
+        current: Mapping[str, Any] | None,
+    ) -> SubentryFlowResult:
+        entry = self._get_entry()
+        if entry.state is not ConfigEntryState.LOADED:
+            return self.async_abort(reason="entry_not_loaded")
+        if user_input is not None:
+            data = {key: value for key, value in user_input.items() if key != CONF_NAME}
+            if current is None:
+                return self.async_create_entry(title=user_input[CONF_NAME], data=data)
+            return self.async_update_and_abort(
+                entry, self._get_reconfigure_subentry(), data=data
+            )
+        server = entry.runtime_data.server
+        models = server.data.info.models if server.data is not None else ()
+        return self.async_show_form(
+            step_id="user" if current is None else "reconfigure",
+            data_schema=subentry_schema(
+                self.hass,
+                subentry_type=self._subentry_type,
+                models=models or (entry.data[CONF_MODEL],),
+                current=current,
+                default_model=entry.data[CONF_MODEL],
+            ),
         )

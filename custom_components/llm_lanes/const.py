@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 import logging
 from typing import Final
 
@@ -9,6 +10,8 @@ DOMAIN: Final = "llm_lanes"
 LOGGER = logging.getLogger(__package__)
 
 CONF_MODEL: Final = "model"
+CONF_KIND: Final = "kind"
+"""The detected server kind (a ``ServerKind`` value), stored so set-up needs no new detection."""
 
 # Option keys shared by the options flow and the control entities (number/switch/select). Changing
 # one of them through ``hass.config_entries.async_update_entry(entry, options=...)`` re-applies the
@@ -17,5 +20,43 @@ OPT_POLICY: Final = "policy"
 OPT_MAX_SEQUENCES: Final = "max_sequences"
 OPT_BACKGROUND_SHARE: Final = "background_share"
 OPT_BACKGROUND_PAUSED: Final = "background_paused"
+
+# Further scheduler options (options flow only).
+OPT_PREFILL_BUDGET: Final = "prefill_budget"
+OPT_HEADROOM: Final = "headroom"
+OPT_AGING_S: Final = "aging_s"
+OPT_PREEMPTION: Final = "preemption"
+OPT_QUOTA_TOKENS_PER_DAY: Final = "quota_tokens_per_day"
+OPT_REQUESTER_QUOTAS: Final = "requester_quotas"
+"""One ``requester=tokens`` pair per line."""
+OPT_QUOTA_ACTION: Final = "quota_action"
+OPT_NIGHTLY_START: Final = "nightly_start"
+"""Start of the window in which background jobs run (``HH:MM:SS``)."""
+OPT_NIGHTLY_END: Final = "nightly_end"
+LANE_OPTION_LIMITS: Final = (
+    "ttft_slo_s",
+    "itl_slo_s",
+    "max_output_tokens",
+    "max_queued",
+)
+"""Lane limits the options flow edits; stored under ``options[<lane key>][<limit>]``."""
+
+DEFAULT_NIGHTLY_START: Final = "01:00:00"
+DEFAULT_NIGHTLY_END: Final = "06:00:00"
+
+# Subentries (as core's Ollama integration names them).
+SUBENTRY_CONVERSATION: Final = "conversation"
+SUBENTRY_AI_TASK: Final = "ai_task_data"
+CONF_PROMPT: Final = "prompt"
+CONF_LLM_HASS_API: Final = "llm_hass_api"
+CONF_TEMPERATURE: Final = "temperature"
+DEFAULT_CONVERSATION_NAME: Final = "LLM Lanes conversation"
+DEFAULT_AI_TASK_NAME: Final = "LLM Lanes AI Task"
+DEFAULT_TEMPERATURE: Final = 0.7
+
+SERVER_POLL_INTERVAL: Final = timedelta(seconds=30)
+UNREACHABLE_REPAIR_AFTER: Final = timedelta(minutes=5)
+"""How long the server may be down before a repair issue is raised."""
+SETUP_TIMEOUT_S: Final = 10.0
 
 EVENT_REQUEST_FINISHED: Final = "llm_lanes_request_finished"

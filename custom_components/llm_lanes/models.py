@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from homeassistant.config_entries import ConfigEntry
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .activity import ActivityCoordinator
     from .coordinator import ServerCoordinator
     from .core.scheduler import Scheduler
+    from .jobs import JobManager
 
 
 @dataclass(slots=True)
@@ -26,6 +27,12 @@ class LLMLanesRuntimeData:
     activity: ActivityCoordinator
     """Scheduler snapshots pushed by the scheduler, at most once a second
     (DataUpdateCoordinator[SchedulerSnapshot])."""
+    jobs: JobManager
+    """Queues, throttles and runs the entry's nightly summarization jobs."""
+    device_id: str = ""
+    """Device registry id of the server's device (the agents' devices hang off it)."""
+    subentries: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
+    """Subentries the entities were built from (id -> type, title, data); a change reloads."""
 
 
 type LLMLanesConfigEntry = ConfigEntry[LLMLanesRuntimeData]

@@ -73,6 +73,14 @@ class LaneSnapshot:
     good_per_s: float
     prompt_tokens_total: int
     output_tokens_total: int
+    itl_p90_s: float | None = None
+    e2e_p90_s: float | None = None
+    e2e_p99_s: float | None = None
+    queue_wait_p90_s: float | None = None
+    queue_wait_p99_s: float | None = None
+    output_tok_s: float = 0.0
+    """Output tokens per second of this lane over the window."""
+    prompt_tok_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +94,24 @@ class RequesterSnapshot:
     """What counts against the daily quota."""
     virtual_counter: float
     """Virtual Token Counter value (weighted service), for diagnostics."""
+    quota_tokens: int = 0
+    """Rolling 24 h budget (0 = unlimited)."""
+    queue_depth: int = 0
+    in_flight: int = 0
+    finished_total: int = 0
+    rejected_total: int = 0
+    preemptions_total: int = 0
+    finished_in_window: int = 0
+    queue_wait_p50_s: float | None = None
+    queue_wait_p95_s: float | None = None
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    itl_p50_s: float | None = None
+    itl_p95_s: float | None = None
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
+    goodput: float | None = None
+    output_tok_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +133,9 @@ class SchedulerSnapshot:
     rejected_total: int
     preemptions_total: int
     window_s: float
+    background_service_share: float | None = None
+    """Background's fraction of the weighted service over the share window (None when idle)."""
+    finished_total: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -131,10 +131,27 @@ class ServerMetrics:
     output_tokens_total: int | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendTimeouts:
+    """How long a backend waits for the server before it gives up with a typed error."""
+
+    connect_s: float = 10.0
+    """Opening the TCP connection."""
+    request_s: float = 30.0
+    """A whole non-streaming call (server info, models, metrics)."""
+    first_token_s: float = 120.0
+    """From sending a chat request to its first streamed line (covers a cold model load)."""
+    idle_s: float = 60.0
+    """The longest silence between two streamed lines once the stream has started."""
+    warm_up_s: float = 300.0
+    """Loading a model into memory."""
+
+
 class Backend(ABC):
     """A client for one LLM server. Built with an aiohttp session that the caller owns."""
 
     kind: ServerKind
+    base_url: str
 
     @abstractmethod
     async def server_info(self) -> ServerInfo:

@@ -1,0 +1,134 @@
+"""Runs a Home Assistant chat log through the scheduler: the shared part of the LLM entities."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+import contextlib
+import json
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers import llm
+import probatio
+
+from .const import CONF_MODEL, CONF_TEMPERATURE, DOMAIN
+from .core.backends.base import (
+    ChatMessage,
+    ChatRequest,
+    StreamChunk,
+    ToolCall,
+    ToolSpec,
+)
+from .core.errors import LanesError
+from .core.lanes import Lane
+from .core.scheduler import Scheduler
+
+MAX_TOOL_ITERATIONS = 10
+"""Rounds of tool calls one turn may take before we stop asking the model."""
+
+
+def lanes_error_to_ha(err: LanesError) -> HomeAssistantError:
+    """Turn an engine error into a translated Home Assistant error."""
+    return HomeAssistantError(
+        translation_domain=DOMAIN,
+        translation_key=err.translation_key,
+        translation_placeholders=err.placeholders,
+    )
+
+
+def tool_spec(tool: llm.Tool, llm_api: llm.APIInstance) -> ToolSpec:
+    """Describe a Home Assistant LLM tool to the model (JSON schema parameters)."""
+    return ToolSpec(
+        name=tool.name,
+        description=tool.description or "",
+        parameters=probatio.to_openapi(
+            tool.parameters,
+            custom_serializer=llm_api.custom_serializer,
+            openapi_version="3.1.0",
+        ),
+    )
+
+
+def chat_message(content: conversation.Content) -> ChatMessage:
+    """Convert one chat log entry into a backend message."""
+    if isinstance(content, conversation.ToolResultContent):
+        return ChatMessage(
+            role="tool",
+            content=json.dumps(content.tool_result),
+            tool_call_id=content.tool_call_id,
+            name=content.tool_name,
+        )
+    if isinstance(content, conversation.AssistantContent):
+        return ChatMessage(
+            role="assistant",
+            content=content.content or "",
+            tool_calls=tuple(
+                ToolCall(id=call.id, name=call.tool_name, arguments=call.tool_args)
+                for call in content.tool_calls or ()
+            ),
+        )
+    if isinstance(content, conversation.UserContent):
+        return ChatMessage(role="user", content=content.content)
+    return ChatMessage(role="system", content=content.content)
+
+
+async def _deltas(
+    chunks: AsyncIterator[StreamChunk],
+) -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
+    """Turn scheduler chunks into chat log deltas (one assistant message per request)."""
+    yield {"role": "assistant"}
+    async for chunk in chunks:
+        delta: conversation.AssistantContentDeltaDict = {}
+        if chunk.text:
+            delta["content"] = chunk.text
+        if chunk.tool_calls:
+            delta["tool_calls"] = [
+                llm.ToolInput(id=call.id, tool_name=call.name, tool_args=call.arguments)
+                for call in chunk.tool_calls
+            ]
+        if delta:
+            yield delta
+
+
+async def async_run_chat_log(
+    scheduler: Scheduler,
+    chat_log: conversation.ChatLog,
+    *,
+    agent_id: str,
+    settings: dict[str, Any],
+    lane: Lane,
+    requester: str,
+    json_schema: dict[str, Any] | None = None,
+) -> None:
+    """Answer the chat log through the scheduler, calling tools until the model is done.
+
+    Raises ``HomeAssistantError`` (translated) when the scheduler or the server fails.
+    """
+    tools: tuple[ToolSpec, ...] = ()
+    if chat_log.llm_api is not None:
+        tools = tuple(
+            tool_spec(tool, chat_log.llm_api) for tool in chat_log.llm_api.tools
+        )
+    temperature = settings.get(CONF_TEMPERATURE)
+    for _iteration in range(MAX_TOOL_ITERATIONS):
+        request = ChatRequest(
+            model=settings[CONF_MODEL],
+            messages=tuple(chat_message(content) for content in chat_log.content),
+            tools=tools,
+            temperature=float(temperature) if temperature is not None else None,
+            json_schema=json_schema,
+        )
+        try:
+            # Closing the stream when the chat log stops early frees the slot at once.
+            async with contextlib.aclosing(
+                scheduler.stream(request, lane=lane, requester=requester)
+            ) as stream:
+                async for _content in chat_log.async_add_delta_content_stream(
+                    agent_id, _deltas(stream)
+                ):
+                    pass
+        except LanesError as err:
+            raise lanes_error_to_ha(err) from err
+        if not chat_log.unresponded_tool_results:
+            break

@@ -1,0 +1,117 @@
+"""The Assist agents of a server: voice requests in the voice lane, typed chats interactive."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from homeassistant.components import conversation
+from homeassistant.components.conversation.models import AbstractConversationAgent
+from homeassistant.config_entries import ConfigSubentry
+from homeassistant.const import MATCH_ALL
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
+from homeassistant.helpers import intent
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .const import CONF_LLM_HASS_API, CONF_PROMPT, DOMAIN, SUBENTRY_CONVERSATION
+from .core.lanes import Lane
+from .llm_entity import LLMLanesSubentryEntity
+from .models import LLMLanesConfigEntry
+from .requesters import device_requester, user_requester
+
+PARALLEL_UPDATES = 0
+
+
+async def async_setup_entry(
+    hass: HomeAssistant,
+    entry: LLMLanesConfigEntry,
+    async_add_entities: AddConfigEntryEntitiesCallback,
+) -> None:
+    """Add one agent per conversation subentry."""
+    for subentry in entry.subentries.values():
+        if subentry.subentry_type == SUBENTRY_CONVERSATION:
+            async_add_entities(
+                [LLMLanesConversationEntity(entry, subentry)],
+                config_subentry_id=subentry.subentry_id,
+            )
+
+
+def lane_for_input(user_input: conversation.ConversationInput) -> Lane:
+    """Voice satellites and voice pipelines go first; typed chats are interactive."""
+    if user_input.device_id or user_input.satellite_id:
+        return Lane.VOICE
+    return Lane.INTERACTIVE
+
+
+def requester_for_input(user_input: conversation.ConversationInput) -> str:
+    """Charge the user, else the satellite (device) that heard the command."""
+    if user_input.context.user_id:
+        return user_requester(user_input.context.user_id)
+    if device := user_input.device_id or user_input.satellite_id:
+        return device_requester(device)
+    return "conversation"
+
+
+class LLMLanesConversationEntity(
+    conversation.ConversationEntity,
+    AbstractConversationAgent,
+    LLMLanesSubentryEntity,
+):
+    """An Assist agent backed by the server's scheduler."""
+
+    _attr_supports_streaming = True
+
+    def __init__(self, entry: LLMLanesConfigEntry, subentry: ConfigSubentry) -> None:
+        """Offer home control when the agent has an LLM API."""
+        super().__init__(entry, subentry)
+        if subentry.data.get(CONF_LLM_HASS_API):
+            self._attr_supported_features = (
+                conversation.ConversationEntityFeature.CONTROL
+            )
+
+    @property
+    def supported_languages(self) -> list[str] | Literal["*"]:
+        """Any language the model speaks."""
+        return MATCH_ALL
+
+    async def async_added_to_hass(self) -> None:
+        """Register as an agent."""
+        await super().async_added_to_hass()
+        conversation.async_set_agent(self.hass, self.entry, self)
+
+    async def async_will_remove_from_hass(self) -> None:
+        """Unregister the agent."""
+        conversation.async_unset_agent(self.hass, self.entry)
+        await super().async_will_remove_from_hass()
+
+    async def _async_handle_message(
+        self,
+        user_input: conversation.ConversationInput,
+        chat_log: conversation.ChatLog,
+    ) -> conversation.ConversationResult:
+        """Answer one turn, through the voice or interactive lane."""
+        settings = self.settings
+        try:
+            await chat_log.async_provide_llm_data(
+                user_input.as_llm_context(DOMAIN),
+                settings.get(CONF_LLM_HASS_API),
+                settings.get(CONF_PROMPT),
+                user_input.extra_system_prompt,
+            )
+        except conversation.ConverseError as err:
+            return err.as_conversation_result()
+        try:
+            await self._async_answer(
+                chat_log,
+                lane=lane_for_input(user_input),
+                requester=requester_for_input(user_input),
+            )
+        except HomeAssistantError as err:
+            response = intent.IntentResponse(language=user_input.language)
+            response.async_set_error(intent.IntentResponseErrorCode.UNKNOWN, str(err))
+            return conversation.ConversationResult(
+                response=response,
+                conversation_id=chat_log.conversation_id,
+                continue_conversation=False,
+            )
+        return conversation.async_get_result_from_chat_log(user_input, chat_log)

@@ -1,0 +1,331 @@
+"""HTTP plumbing shared by the backends: JSON calls, streamed lines, and typed errors.
+
+Every call has a deadline: a connect timeout, a total timeout for plain calls, and for streams a
+first-token deadline followed by an idle limit between lines. aiohttp and asyncio failures are
+turned into the ``BackendError`` subclasses of ``core.errors``; nothing here hangs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+import json
+import logging
+from typing import Any
+
+import aiohttp
+
+from ..errors import (  # noqa: TID252
+    AuthError,
+    BackendConnectionError,
+    BackendError,
+    BackendHTTPError,
+    BackendTimeoutError,
+    FirstTokenTimeoutError,
+    ModelNotFoundError,
+    ServerBusyError,
+    StreamClosedError,
+    StreamIdleTimeoutError,
+    ToolsUnsupportedError,
+)
+from .base import BackendTimeouts
+
+_LOGGER = logging.getLogger(__name__)
+
+_BODY_EXCERPT = 300
+
+
+def normalize_base_url(base_url: str) -> str:
+    """Strip trailing slashes and a trailing ``/v1`` (added back by the OpenAI client)."""
+    return base_url.strip().rstrip("/").removesuffix("/v1")
+
+
+def error_text(body: str) -> str:
+    """Pull the human message out of an error body (Ollama, OpenAI and llama.cpp shapes)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip()[:_BODY_EXCERPT]
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            return str(error)[:_BODY_EXCERPT]
+    return body.strip()[:_BODY_EXCERPT]
+
+
+def http_error(
+    status: int, body: str, *, url: str, model: str | None = None
+) -> BackendHTTPError:
+    """Build the typed error for an HTTP error status."""
+    detail = error_text(body)
+    lowered = detail.lower()
+    if status in (401, 403):
+        return AuthError(
+            f"the server at {url} refused the request (HTTP {status}): {detail or 'check the API key'}",
+            status=status,
+            body=detail,
+        )
+    if status in (429, 503):
+        return ServerBusyError(
+            f"the server at {url} is busy (HTTP {status}): {detail or 'try again later'}",
+            status=status,
+            body=detail,
+        )
+    if status == 404 and model is not None and ("model" in lowered or not detail):
+        return ModelNotFoundError(
+            f"model {model!r} is not available on the server at {url}: {detail or 'not found'}",
+            status=status,
+            body=detail,
+        )
+    if status in (400, 500) and (
+        "jinja" in lowered or ("tool" in lowered and "support" in lowered)
+    ):
+        return ToolsUnsupportedError(
+            f"the server at {url} cannot use tools (start llama-server with --jinja): {detail}",
+            status=status,
+            body=detail,
+        )
+    return BackendHTTPError(
+        f"the server at {url} answered HTTP {status}: {detail or 'no details'}",
+        status=status,
+        body=detail,
+    )
+
+
+def _client_timeout(
+    timeouts: BackendTimeouts, total: float | None
+) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=total, connect=timeouts.connect_s, sock_connect=timeouts.connect_s
+    )
+
+
+def _connection_error(
+    err: BaseException, url: str, timeouts: BackendTimeouts
+) -> BackendError:
+    """Map an aiohttp/asyncio failure that happened before any answer."""
+    if isinstance(err, aiohttp.ConnectionTimeoutError):
+        return BackendTimeoutError(
+            f"connecting to {url} timed out after {timeouts.connect_s:g} s", url=url
+        )
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return BackendConnectionError(
+            f"cannot connect to {url}: {err.os_error.strerror or err.os_error}", url=url
+        )
+    if isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return StreamClosedError(
+            f"the server at {url} closed the connection: {err}", url=url
+        )
+    return BackendConnectionError(f"request to {url} failed: {err}", url=url)
+
+
+class HttpClient:
+    """Thin JSON/streaming client around a caller-owned aiohttp session."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        *,
+        timeouts: BackendTimeouts | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        """Bind the session, base URL, timeouts and optional bearer key."""
+        self.session = session
+        self.base_url = normalize_base_url(base_url)
+        self.timeouts = timeouts or BackendTimeouts()
+        self._headers: dict[str, str] = {}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+
+    def url(self, path: str) -> str:
+        """Absolute URL of a server path."""
+        return f"{self.base_url}{path}"
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        json_body: Mapping[str, Any] | None,
+        timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """Send a request; retry once when a pooled keep-alive connection turns out closed.
+
+        Servers close idle keep-alive connections on their own schedule (llama.cpp does so
+        after streamed answers); the request then fails before the server read it, so sending
+        it again on a fresh connection is safe.
+        """
+        try:
+            return await self.session.request(
+                method, url, json=json_body, headers=self._headers, timeout=timeout
+            )
+        except aiohttp.ServerDisconnectedError:
+            _LOGGER.debug("%s closed a pooled connection; sending again", url)
+        return await self.session.request(
+            method, url, json=json_body, headers=self._headers, timeout=timeout
+        )
+
+    async def request_text(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        model: str | None = None,
+    ) -> str:
+        """Make a plain call and return the body; raise a typed error on any failure."""
+        url = self.url(path)
+        total = timeout_s or self.timeouts.request_s
+        try:
+            response = await self._send(
+                method,
+                url,
+                json_body=json_body,
+                timeout=_client_timeout(self.timeouts, total),
+            )
+            async with response:
+                body = await response.text(errors="replace")
+                if response.status >= 400:
+                    raise http_error(response.status, body, url=url, model=model)
+                return body
+        except BackendError:
+            raise
+        except aiohttp.ConnectionTimeoutError as err:
+            raise _connection_error(err, url, self.timeouts) from err
+        except TimeoutError as err:
+            raise BackendTimeoutError(
+                f"{url} did not answer within {total:g} s", url=url
+            ) from err
+        except aiohttp.ClientError as err:
+            raise _connection_error(err, url, self.timeouts) from err
+
+    async def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        model: str | None = None,
+    ) -> Any:
+        """Make a plain call and decode its JSON body."""
+        body = await self.request_text(
+            method, path, json_body=json_body, timeout_s=timeout_s, model=model
+        )
+        try:
+            return json.loads(body)
+        except ValueError as err:
+            raise BackendError(
+                f"{self.url(path)} answered something that is not JSON: {body[:80]!r}"
+            ) from err
+
+    async def get_json(self, path: str) -> Any:
+        """GET a JSON document."""
+        return await self.request_json("GET", path)
+
+    @asynccontextmanager
+    async def stream_lines(
+        self, path: str, body: Mapping[str, Any], *, model: str | None = None
+    ) -> AsyncIterator[StreamLines]:
+        """POST ``body`` and yield the response's non-empty lines (see ``StreamLines``).
+
+        Leaving the block early closes the connection, which is how the server learns the
+        request was cancelled.
+        """
+        url = self.url(path)
+        timeouts = self.timeouts
+        loop = asyncio.get_running_loop()
+        first_deadline = loop.time() + timeouts.first_token_s
+        try:
+            async with asyncio.timeout_at(first_deadline):
+                response = await self._send(
+                    "POST", url, json_body=body, timeout=_client_timeout(timeouts, None)
+                )
+        except aiohttp.ConnectionTimeoutError as err:
+            raise _connection_error(err, url, timeouts) from err
+        except TimeoutError as err:
+            raise FirstTokenTimeoutError(
+                f"{url} sent nothing within {timeouts.first_token_s:g} s", url=url
+            ) from err
+        except aiohttp.ClientError as err:
+            raise _connection_error(err, url, timeouts) from err
+        try:
+            if response.status >= 400:
+                try:
+                    async with asyncio.timeout(timeouts.request_s):
+                        text = await response.text(errors="replace")
+                except TimeoutError, aiohttp.ClientError:
+                    text = ""
+                raise http_error(response.status, text, url=url, model=model)
+            yield StreamLines(response, url, timeouts, first_deadline)
+        finally:
+            # Closing (not releasing) drops the connection, so the server stops generating.
+            response.close()
+
+
+class StreamLines:
+    """The non-empty lines of a streamed answer, with the first-token and idle deadlines.
+
+    Until the backend calls ``token_seen`` (its first text or tool call), every line must come
+    before the first-token deadline: servers send role-only or keep-alive lines before the
+    first token, and those do not count. Afterwards each line must follow the previous one
+    within ``idle_s``.
+    """
+
+    def __init__(
+        self,
+        response: aiohttp.ClientResponse,
+        url: str,
+        timeouts: BackendTimeouts,
+        first_deadline: float,
+    ) -> None:
+        """Wrap an open response."""
+        self._response = response
+        self._url = url
+        self._timeouts = timeouts
+        self._first_deadline: float | None = first_deadline
+
+    def token_seen(self) -> None:
+        """Switch from the first-token deadline to the idle limit."""
+        self._first_deadline = None
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        """Iterate over the lines."""
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[bytes]:
+        timeouts = self._timeouts
+        url = self._url
+        while True:
+            first_deadline = self._first_deadline
+            try:
+                if first_deadline is not None:
+                    async with asyncio.timeout_at(first_deadline):
+                        line = await self._response.content.readline()
+                else:
+                    async with asyncio.timeout(timeouts.idle_s):
+                        line = await self._response.content.readline()
+            except TimeoutError as err:
+                if first_deadline is not None:
+                    raise FirstTokenTimeoutError(
+                        f"{url} sent no first token within {timeouts.first_token_s:g} s",
+                        url=url,
+                    ) from err
+                raise StreamIdleTimeoutError(
+                    f"the stream from {url} was silent for more than {timeouts.idle_s:g} s",
+                    url=url,
+                ) from err
+            except aiohttp.ClientError as err:
+                raise StreamClosedError(
+                    f"the server at {url} closed the stream early: {err}", url=url
+                ) from err
+            if not line:
+                return  # end of body; the caller decides whether it was complete
+            stripped = line.strip()
+            if stripped:
+                yield stripped

@@ -1,0 +1,1 @@
+"""The goodput benchmark: a simulated server, scenarios, a runner, reports and calibration."""

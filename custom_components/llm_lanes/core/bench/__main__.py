@@ -1,0 +1,399 @@
+"""Command line of the benchmark: ``scripts/bench run|sweep|micro ...``.
+
+scripts/bench run --server sim --scenario voice_vs_background \
+        --policy direct --policy lanes --idle voice --out /tmp/bench
+scripts/bench sweep --server sim --scenario rag_heavy \
+        --grid max_sequences=2,4,8 --grid prefill_budget=1024,8192 --out /tmp/sweep
+scripts/bench micro ...      (the scheduler's micro-benchmark)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+import contextlib
+from dataclasses import dataclass
+import json
+from pathlib import Path
+import sys
+from typing import Any
+
+import aiohttp
+
+from ..backends.base import Backend  # noqa: TID252
+from ..backends.detect import connect  # noqa: TID252
+from ..settings import SchedulerSettings  # noqa: TID252
+from .report import (
+    build_report,
+    markdown_report,
+    plot_goodput,
+    plot_ttft_cdf,
+    write_report,
+)
+from .runner import (
+    POLICIES,
+    BenchPolicy,
+    ProgressBar,
+    RunResult,
+    ServerDescription,
+    describe_server,
+    run_scenario,
+)
+from .simulator import SimConfig, SimulatedServer
+from .sweep import SweepRow, format_table, parse_grid, run_sweep
+from .workload import Scenario, ScenarioError, builtin_scenarios, load_scenario
+
+
+@dataclass(slots=True)
+class Target:
+    """The server under test."""
+
+    backend: Backend
+    server: ServerDescription
+    time_scale: float
+
+
+@contextlib.asynccontextmanager
+async def open_target(args: argparse.Namespace) -> AsyncIterator[Target]:
+    """Start the simulator if asked, detect the server and build its client."""
+    async with contextlib.AsyncExitStack() as stack:
+        url = args.server
+        time_scale = 1.0
+        if url == "sim":
+            sim = await stack.enter_async_context(
+                SimulatedServer(
+                    SimConfig(
+                        kind=args.sim_kind,
+                        slots=args.sim_slots,
+                        speed=args.sim_speed,
+                        seed=args.sim_seed,
+                        kv_capacity_tokens=args.sim_kv_capacity,
+                        prefill_chunk_tokens=args.sim_prefill_chunk or None,
+                    )
+                )
+            )
+            url = sim.url
+            time_scale = args.sim_speed
+        session = await stack.enter_async_context(
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        )
+        backend = await connect(session, url, api_key=args.api_key)
+        server = await describe_server(backend, args.model)
+        yield Target(backend=backend, server=server, time_scale=time_scale)
+
+
+async def wait_idle(backend: Backend, time_scale: float, limit_s: float = 60.0) -> None:
+    """Wait until the server runs nothing (between runs), at most ``limit_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s / time_scale
+    while loop.time() < deadline:
+        with contextlib.suppress(Exception):
+            metrics = await backend.metrics()
+            if not metrics.requests_running and not metrics.slots_busy:
+                return
+        await asyncio.sleep(0.2)
+
+
+def _settings(args: argparse.Namespace) -> SchedulerSettings:
+    values: dict[str, str] = {}
+    for item in args.set or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set expects key=value; got {item!r}")
+        values[key.strip()] = value.strip()
+    return SchedulerSettings().with_values(values)
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    scenario = load_scenario(args.scenario)
+    if args.duration is not None:
+        from .calibrate import shorten  # noqa: PLC0415
+
+        scenario = shorten(scenario, args.duration)
+    return scenario
+
+
+async def _run(args: argparse.Namespace) -> int:
+    scenario = _scenario(args)
+    settings = _settings(args)
+    policies: list[BenchPolicy] = args.policy or ["lanes"]
+    idle = {name.strip() for name in args.idle.split(",")} if args.idle else set()
+    out = Path(args.out)
+    runs: list[tuple[str, Scenario, BenchPolicy]] = []
+    if idle:
+        runs.append(("idle", scenario.only(idle), "direct"))
+    runs += [(policy, scenario, policy) for policy in policies]
+    single = len(runs) == 1
+    results: list[tuple[str, RunResult]] = []
+    async with open_target(args) as target:
+        for label, run_scenario_, policy in runs:
+            await wait_idle(target.backend, target.time_scale)
+            bar = ProgressBar(run_scenario_.duration_s, label)
+            result = await run_scenario(
+                target.backend,
+                run_scenario_,
+                policy=policy,
+                settings=settings,
+                server=target.server,
+                time_scale=target.time_scale,
+                progress=bar,
+            )
+            bar.close()
+            report = write_report(
+                result, out if single else out / label, plots=not args.no_plots
+            )
+            print(markdown_report(report).replace(f"policy `{policy}`", f"`{label}`"))
+            results.append((label, result))
+    if not single:
+        comparison = compare(
+            [(label, build_report(result)) for label, result in results], idle
+        )
+        (out / "comparison.json").write_text(
+            json.dumps(comparison, indent=2) + "\n", encoding="utf-8"
+        )
+        (out / "comparison.md").write_text(
+            comparison_markdown(comparison), encoding="utf-8"
+        )
+        print(comparison_markdown(comparison))
+        if not args.no_plots:
+            plot_ttft_cdf(
+                [result for _, result in results if not _is_idle(result, scenario)]
+                or [r for _, r in results],
+                out / "ttft_cdf.png",
+                labels=[
+                    label for label, result in results if not _is_idle(result, scenario)
+                ]
+                or None,
+            )
+    print(f"reports in {out}")
+    return 0
+
+
+def _is_idle(result: RunResult, scenario: Scenario) -> bool:
+    return len(result.scenario.classes) != len(scenario.classes)
+
+
+def compare(
+    reports: Sequence[tuple[str, dict[str, Any]]], idle: set[str]
+) -> dict[str, Any]:
+    """Ratios between runs of one invocation: each policy against the idle baseline and direct."""
+    by_label = dict(reports)
+    baseline = by_label.get("idle")
+    direct = by_label.get("direct")
+    result: dict[str, Any] = {"runs": {}}
+    for label, report in reports:
+        if label == "idle":
+            continue
+        entry: dict[str, Any] = {
+            "output_tok_s": report["output_tok_s"],
+            "goodput": report["goodput"],
+        }
+        for name, stats in report["classes"].items():
+            cls: dict[str, Any] = {
+                "ttft_p95": stats["ttft_p95"],
+                "itl_p95": stats["itl_p95"],
+            }
+            if baseline is not None and name in idle:
+                base = baseline["classes"][name]
+                cls["ttft_p95_vs_idle"] = _ratio(stats["ttft_p95"], base["ttft_p95"])
+                cls["itl_p95_vs_idle"] = _ratio(stats["itl_p95"], base["itl_p95"])
+            if direct is not None and name not in idle:
+                cls["output_tokens_vs_direct"] = _ratio(
+                    stats["output_tokens"], direct["classes"][name]["output_tokens"]
+                )
+                cls["output_tok_s"] = _class_tok_s(report, name)
+                cls["output_tok_s_vs_direct"] = _ratio(
+                    _class_tok_s(report, name), _class_tok_s(direct, name)
+                )
+            entry[name] = cls
+        result["runs"][label] = entry
+    return result
+
+
+def _class_tok_s(report: dict[str, Any], name: str) -> float:
+    return float(report["classes"][name]["output_tok_s"])
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or not base:
+        return None
+    return value / base
+
+
+def comparison_markdown(comparison: dict[str, Any]) -> str:
+    """Render the comparison as a small Markdown list."""
+    lines = ["# Comparison", ""]
+    for label, entry in comparison["runs"].items():
+        lines.append(
+            f"## {label}: {entry['output_tok_s']:.0f} output tok/s, goodput {entry['goodput'] or 0:.0%}"
+        )
+        for name, cls in entry.items():
+            if not isinstance(cls, dict):
+                continue
+            parts = [f"TTFT p95 {_s(cls['ttft_p95'])}", f"ITL p95 {_s(cls['itl_p95'])}"]
+            for key, text in (
+                ("ttft_p95_vs_idle", "TTFT p95 vs idle"),
+                ("itl_p95_vs_idle", "ITL p95 vs idle"),
+                ("output_tok_s_vs_direct", "tok/s vs direct"),
+            ):
+                if cls.get(key) is not None:
+                    parts.append(f"{text} {cls[key]:.2f}x")
+            lines.append(f"- {name}: " + ", ".join(parts))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _s(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:.0f} ms"
+
+
+async def _sweep(args: argparse.Namespace) -> int:
+    scenario = _scenario(args)
+    settings = _settings(args)
+    grid = parse_grid(args.grid or [])
+    policies: list[BenchPolicy] = args.policy or ["lanes"]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def progress_for(label: str) -> ProgressBar:
+        return ProgressBar(scenario.duration_s, label[:24])
+
+    def on_row(row: SweepRow) -> None:
+        print(
+            f"{row.label:<48} goodput {row.goodput:5.0%}  {row.output_tok_s:7.0f} tok/s",
+            flush=True,
+        )
+
+    async with open_target(args) as target:
+        result = await run_sweep(
+            target.backend,
+            scenario,
+            policies=policies,
+            base_settings=settings,
+            grid=grid,
+            server=target.server,
+            time_scale=target.time_scale,
+            progress_for=progress_for,
+            on_row=on_row,
+        )
+    table = format_table(result)
+    summary = (
+        f"Best goodput: {result.best_goodput.label}\n"
+        f"Most tokens/s: {result.best_throughput.label}\n{result.explanation}\n"
+    )
+    print(f"\n{table}\n\n{summary}")
+    (out / "sweep.md").write_text(
+        f"# Sweep of {scenario.name}\n\n{table}\n\n{summary}", encoding="utf-8"
+    )
+    (out / "sweep.json").write_text(
+        json.dumps(
+            {
+                "scenario": scenario.name,
+                "rows": [row.as_dict() for row in result.rows],
+                "best_goodput": result.best_goodput.label,
+                "best_throughput": result.best_throughput.label,
+                "explanation": result.explanation,
+                "reports": [row.report for row in result.rows],
+            },
+            indent=2,
+        )
+        + "\n",
+        encoding="utf-8",
+    )
+    if not args.no_plots:
+        plot_goodput([row.as_dict() for row in result.rows], out / "goodput.png")
+        plot_ttft_cdf(
+            [result.best_goodput.result, result.best_throughput.result],
+            out / "ttft_cdf.png",
+            labels=[
+                f"best goodput: {result.best_goodput.label}",
+                f"most tok/s: {result.best_throughput.label}",
+            ],
+        )
+    print(f"sweep written to {out}")
+    return 0
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--server", required=True, help="base URL of the LLM server, or 'sim'"
+    )
+    parser.add_argument(
+        "--scenario", required=True,
+        help=f"scenario file, or a built-in name ({', '.join(builtin_scenarios())})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--policy", action="append", choices=POLICIES, help="repeat to compare policies"
+    )
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="scheduler setting override"
+    )
+    parser.add_argument("--out", required=True, help="folder for reports and plots")
+    parser.add_argument("--model", help="model to use (default: the server's first)")
+    parser.add_argument("--api-key")
+    parser.add_argument(
+        "--duration", type=float, help="override the scenario's duration_s"
+    )
+    parser.add_argument("--no-plots", action="store_true")
+    parser.add_argument(
+        "--sim-kind", choices=["llama_cpp", "ollama"], default="llama_cpp"
+    )
+    parser.add_argument("--sim-slots", type=int, default=4)
+    parser.add_argument(
+        "--sim-speed",
+        type=float,
+        default=1.0,
+        help="simulated time runs this much faster",
+    )
+    parser.add_argument("--sim-seed", type=int, default=0)
+    parser.add_argument(
+        "--sim-kv-capacity", type=int, default=SimConfig().kv_capacity_tokens
+    )
+    parser.add_argument(
+        "--sim-prefill-chunk", type=int, default=SimConfig().prefill_chunk_tokens,
+        help="prompt tokens the simulator prefills per iteration (0: whole prompts)",
+    )  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser of the ``run``, ``sweep`` and ``micro`` commands."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench", description="LLM Lanes goodput benchmark"
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="replay a scenario and write reports")
+    _add_common(run)
+    run.add_argument(
+        "--idle", help="comma-separated classes to also run alone, as the idle baseline"
+    )
+    sweep = commands.add_parser(
+        "sweep", help="run a grid of settings and print the frontier"
+    )
+    _add_common(sweep)
+    sweep.add_argument(
+        "--grid", action="append", metavar="KEY=V1,V2", help="setting values to sweep"
+    )
+    commands.add_parser("micro", help="the scheduler's micro-benchmark", add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["micro"]:
+        from .micro import main as micro_main  # noqa: PLC0415  (only this command needs it)
+
+        return micro_main(arguments[1:])
+    args = build_parser().parse_args(arguments)
+    try:
+        if args.command == "run":
+            return asyncio.run(_run(args))
+        return asyncio.run(_sweep(args))
+    except (ScenarioError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

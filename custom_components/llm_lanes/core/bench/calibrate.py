@@ -1,0 +1,94 @@
+"""A short calibration on the user's own server: the engine of ``llm_lanes.run_benchmark``.
+
+It replays a built-in scenario, shortened to ``duration_s`` per combination, over a small grid
+of settings under the ``lanes`` policy, and recommends the setting with the highest goodput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..backends.base import Backend  # noqa: TID252
+from ..settings import SchedulerSettings  # noqa: TID252
+from .runner import BenchPolicy, describe_server
+from .sweep import run_sweep
+from .workload import Scenario, load_scenario
+
+DEFAULT_SCENARIO = "evening"
+DEFAULT_GRID: Mapping[str, Sequence[str]] = {
+    "max_sequences": ("1", "2", "4", "8"),
+    "prefill_budget": ("1024", "4096"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationResult:
+    """The frontier table and what to apply."""
+
+    rows: list[dict[str, Any]]
+    """One per combination: label, settings, goodput, good_per_s, output_tok_s, frontier, classes."""
+    recommended: SchedulerSettings
+    recommended_values: dict[str, str]
+    best_throughput_values: dict[str, str]
+    explanation: str
+
+    def as_response(self) -> dict[str, Any]:
+        """Plain JSON for the action's response data."""
+        return {
+            "rows": self.rows,
+            "recommended": self.recommended_values,
+            "best_throughput": self.best_throughput_values,
+            "explanation": self.explanation,
+        }
+
+
+def shorten(scenario: Scenario, duration_s: float) -> Scenario:
+    """Cut the scenario to ``duration_s`` (warm-up kept to a sixth of it at most)."""
+    return replace(
+        scenario,
+        duration_s=duration_s,
+        warmup_s=min(scenario.warmup_s, duration_s / 6),
+    )
+
+
+async def calibrate(
+    backend: Backend,
+    base_settings: SchedulerSettings,
+    *,
+    scenario: str | Scenario = DEFAULT_SCENARIO,
+    grid: Mapping[str, Sequence[str]] = DEFAULT_GRID,
+    duration_s: float = 30.0,
+    policy: BenchPolicy = "lanes",
+    model: str | None = None,
+    time_scale: float = 1.0,
+) -> CalibrationResult:
+    """Run the grid and recommend the setting with the highest goodput.
+
+    ``max_sequences`` values above the server's slot count are dropped (the server would only
+    queue them). Takes about ``duration_s`` times the number of combinations.
+    """
+    server = await describe_server(backend, model)
+    loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    effective = {key: list(values) for key, values in grid.items()}
+    if server.slots and "max_sequences" in effective:
+        kept = [v for v in effective["max_sequences"] if int(v) <= server.slots]
+        effective["max_sequences"] = kept or [str(server.slots)]
+    result = await run_sweep(
+        backend,
+        shorten(loaded, duration_s),
+        policies=[policy],
+        base_settings=base_settings,
+        grid=effective,
+        server=server,
+        time_scale=time_scale,
+    )
+    best = result.best_goodput
+    return CalibrationResult(
+        rows=[row.as_dict() for row in result.rows],
+        recommended=base_settings.with_values(best.overrides),
+        recommended_values=dict(best.overrides),
+        best_throughput_values=dict(result.best_throughput.overrides),
+        explanation=result.explanation,
+    )

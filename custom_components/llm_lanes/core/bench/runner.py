@@ -1,0 +1,407 @@
+"""Replay a scenario against a server, with or without the scheduler, and record every request.
+
+Policies: ``direct`` sends each request straight to the backend client (what an integration
+without a scheduler does); ``fifo`` and ``lanes`` go through the real ``Scheduler`` with that
+policy.
+
+Time: all figures are in scenario seconds. Against a simulated server running ``speed`` times
+faster, pass ``time_scale=speed``: arrivals are compressed by that factor and every measured
+duration is stretched back, so the figures read as if the server ran at speed 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+import contextlib
+from dataclasses import dataclass, field, replace
+import random
+import sys
+import time
+from typing import Any, Literal, TextIO
+
+from ..backends.base import Backend, ChatMessage, ChatRequest, ServerKind, StreamChunk  # noqa: TID252
+from ..errors import BackendError, SchedulerError, ServerBusyError  # noqa: TID252
+from ..scheduler import Scheduler  # noqa: TID252
+from ..settings import Policy, SchedulerSettings  # noqa: TID252
+from ..snapshot import FinishedRequest  # noqa: TID252
+from .sim_answers import count_text_tokens
+from .workload import (
+    PlannedRequest,
+    RequestClass,
+    Scenario,
+    class_rng,
+    plan_open_requests,
+    prompt_text,
+)
+
+BenchPolicy = Literal["direct", "fifo", "lanes"]
+POLICIES: tuple[BenchPolicy, ...] = ("direct", "fifo", "lanes")
+SYSTEM_PROMPT = "You are a helpful home assistant. Answer briefly."
+# What the system message costs by the simulator's count (text plus 4 template tokens).
+_SYSTEM_TOKENS = count_text_tokens(SYSTEM_PROMPT) + 4
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What one request of the run did, in scenario seconds from the start of the run."""
+
+    class_name: str
+    requester: str
+    sent_at: float
+    planned_prompt_tokens: int
+    planned_output_tokens: int
+    outcome: str = "pending"
+    """"ok", "rejected", "error", "cancelled"."""
+    error: str | None = None
+    ttft_s: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    """Arrival time of each chunk that carried output."""
+    token_counts: list[int] = field(default_factory=list)
+    e2e_s: float | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def gaps(self) -> list[float]:
+        """Inter-token gaps (between chunks that carried output)."""
+        times = self.token_times
+        return [
+            later - earlier for earlier, later in zip(times, times[1:], strict=False)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerDescription:
+    """The ``server`` object of the report."""
+
+    kind: str
+    version: str | None
+    model: str
+    slots: int | None
+
+
+@dataclass(slots=True)
+class RunResult:
+    """Everything a report needs."""
+
+    scenario: Scenario
+    policy: BenchPolicy
+    settings: SchedulerSettings
+    server: ServerDescription
+    records: list[RequestRecord]
+    finished: list[tuple[str, FinishedRequest]]
+    """Scheduler records of the run, with the class each belongs to (empty for direct)."""
+    queue_depth_max: int
+    kv_use_max: float | None
+    wall_s: float
+
+
+Progress = Callable[[float, int], None]
+"""Called with (scenario seconds elapsed, requests finished) twice a second."""
+
+
+async def describe_server(backend: Backend, model: str | None) -> ServerDescription:
+    """Ask the server what it is (for the report) and pick the model."""
+    info = await backend.server_info()
+    chosen = model or (info.loaded_models[0] if info.loaded_models else None)
+    chosen = chosen or (info.models[0] if info.models else "default")
+    return ServerDescription(
+        kind=str(info.kind), version=info.version, model=chosen, slots=info.slots
+    )
+
+
+def settings_for(policy: BenchPolicy, settings: SchedulerSettings) -> SchedulerSettings:
+    """Return the scheduler settings a policy runs with."""
+    if policy == "fifo":
+        return replace(settings, policy=Policy.FIFO)
+    if policy == "lanes":
+        return replace(settings, policy=Policy.LANES)
+    return settings
+
+
+async def run_scenario(
+    backend: Backend,
+    scenario: Scenario,
+    *,
+    policy: BenchPolicy,
+    settings: SchedulerSettings,
+    server: ServerDescription,
+    time_scale: float = 1.0,
+    drain_s: float | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Replay ``scenario`` and record every request (see the module docstring)."""
+    run = _Run(
+        backend=backend,
+        scenario=scenario,
+        policy=policy,
+        settings=settings_for(policy, settings),
+        server=server,
+        time_scale=time_scale,
+    )
+    return await run.execute(
+        drain_s if drain_s is not None else max(5.0, scenario.duration_s / 5), progress
+    )
+
+
+class _Run:
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        scenario: Scenario,
+        policy: BenchPolicy,
+        settings: SchedulerSettings,
+        server: ServerDescription,
+        time_scale: float,
+    ) -> None:
+        self.backend = backend
+        self.scenario = scenario
+        self.policy = policy
+        self.settings = settings
+        self.server = server
+        self.scale = time_scale
+        self.records: list[RequestRecord] = []
+        self.finished: list[tuple[str, FinishedRequest]] = []
+        self.queue_depth_max = 0
+        self.kv_use_max: float | None = None
+        self._start = time.monotonic()
+        self._scheduler: Scheduler | None = None
+        self._owner: dict[tuple[int, str], str] = {
+            (int(cls.lane), requester): cls.name
+            for cls in scenario.classes
+            for requester in cls.requesters
+        }
+        self._lane_of = {cls.name: cls.lane for cls in scenario.classes}
+
+    def now(self) -> float:
+        """Scenario seconds since the start."""
+        return (time.monotonic() - self._start) * self.scale
+
+    async def sleep_until(self, at: float) -> None:
+        delay = (at - self.now()) / self.scale
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def execute(self, drain_s: float, progress: Progress | None) -> RunResult:
+        remove_listener: Callable[[], None] | None = None
+        if self.policy != "direct":
+            scale = self.scale
+            self._scheduler = Scheduler(
+                self.backend, self.settings, clock=lambda: time.monotonic() * scale
+            )
+            remove_listener = self._scheduler.add_listener(self._on_finished)
+        self._start = time.monotonic()
+        wall_start = time.monotonic()
+        tasks: set[asyncio.Task[None]] = set()
+        closed: list[asyncio.Task[None]] = []
+        for cls in self.scenario.classes:
+            if cls.arrival.process == "closed":
+                closed.extend(
+                    asyncio.create_task(self._closed_loop(cls, worker))
+                    for worker in range(cls.arrival.concurrency)
+                )
+        sampler = asyncio.create_task(self._sample(progress))
+        try:
+            for planned in plan_open_requests(self.scenario):
+                await self.sleep_until(planned.at_s)
+                task = asyncio.create_task(self._send(planned))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await self.sleep_until(self.scenario.duration_s)
+            for task in closed:
+                task.cancel()
+            await asyncio.gather(*closed, return_exceptions=True)
+            if tasks:
+                await asyncio.wait(list(tasks), timeout=drain_s / self.scale)
+        finally:
+            for task in [*tasks, *closed]:
+                task.cancel()
+            await asyncio.gather(*tasks, *closed, return_exceptions=True)
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            if self._scheduler is not None:
+                await self._scheduler.close()
+                if remove_listener is not None:
+                    remove_listener()
+        return RunResult(
+            scenario=self.scenario,
+            policy=self.policy,
+            settings=self.settings,
+            server=self.server,
+            records=self.records,
+            finished=self.finished,
+            queue_depth_max=self.queue_depth_max,
+            kv_use_max=self.kv_use_max,
+            wall_s=time.monotonic() - wall_start,
+        )
+
+    def _on_finished(self, finished: FinishedRequest) -> None:
+        owner = self._owner.get((int(finished.lane), finished.requester))
+        if owner is None:
+            # Demoted by a quota: find the class by requester alone.
+            owner = next(
+                (
+                    name
+                    for (_, requester), name in self._owner.items()
+                    if requester == finished.requester
+                ),
+                "unknown",
+            )
+        self.finished.append((owner, finished))
+
+    async def _closed_loop(self, cls: RequestClass, worker: int) -> None:
+        rng = class_rng(self.scenario, cls, f"closed-{worker}")
+        requester = cls.requesters[worker % len(cls.requesters)]
+        index = 0
+        while self.now() < self.scenario.duration_s:
+            planned = PlannedRequest(
+                class_name=cls.name,
+                index=index,
+                at_s=self.now(),
+                requester=requester,
+                prompt_tokens=cls.prompt_tokens.sample(rng),
+                output_tokens=cls.output_tokens.sample(rng),
+            )
+            index += 1
+            await self._send(planned, rng_stream=f"closed-{worker}-{index}")
+
+    def _request(self, planned: PlannedRequest, rng: random.Random) -> ChatRequest:
+        options: dict[str, Any] = {}
+        if self.server.kind in {ServerKind.LLAMA_CPP, ServerKind.OLLAMA}:
+            # Make the model produce exactly the planned number of tokens.
+            options["ignore_eos"] = True
+        return ChatRequest(
+            model=self.server.model,
+            messages=(
+                ChatMessage(role="system", content=SYSTEM_PROMPT),
+                ChatMessage(
+                    role="user",
+                    content=prompt_text(planned.prompt_tokens - _SYSTEM_TOKENS, rng),
+                ),
+            ),
+            max_tokens=planned.output_tokens,
+            temperature=0.0,
+            seed=self.scenario.seed,
+            options=options,
+        )
+
+    def _stream(
+        self, planned: PlannedRequest, request: ChatRequest
+    ) -> AsyncIterator[StreamChunk]:
+        if self._scheduler is None:
+            return self.backend.chat(request)
+        stream: AsyncIterator[StreamChunk] = self._scheduler.stream(
+            request,
+            lane=self._lane_of[planned.class_name],
+            requester=planned.requester,
+            prompt_tokens=planned.prompt_tokens,
+        )
+        return stream
+
+    async def _send(
+        self, planned: PlannedRequest, rng_stream: str | None = None
+    ) -> None:
+        rng = random.Random(
+            f"{self.scenario.seed}:{planned.class_name}:{rng_stream or planned.index}:prompt"
+        )
+        record = RequestRecord(
+            class_name=planned.class_name,
+            requester=planned.requester,
+            sent_at=self.now(),
+            planned_prompt_tokens=planned.prompt_tokens,
+            planned_output_tokens=planned.output_tokens,
+        )
+        self.records.append(record)
+        stream = self._stream(planned, self._request(planned, rng))
+        try:
+            async for chunk in stream:
+                if chunk.text or chunk.output_tokens or chunk.tool_calls:
+                    at = self.now()
+                    if record.ttft_s is None:
+                        record.ttft_s = at - record.sent_at
+                    record.token_times.append(at)
+                    record.token_counts.append(max(1, chunk.output_tokens))
+                if chunk.done:
+                    if chunk.usage is not None:
+                        record.prompt_tokens = chunk.usage.prompt_tokens
+                        record.output_tokens = chunk.usage.output_tokens
+                    break
+            if not record.output_tokens:
+                record.output_tokens = sum(record.token_counts)
+            if not record.prompt_tokens:
+                record.prompt_tokens = planned.prompt_tokens
+            record.e2e_s = self.now() - record.sent_at
+            record.outcome = "ok"
+        except asyncio.CancelledError:
+            record.outcome = "cancelled"
+            raise
+        except (SchedulerError, ServerBusyError) as err:
+            record.outcome = "rejected"
+            record.error = type(err).__name__
+        except BackendError as err:
+            record.outcome = "error"
+            record.error = type(err).__name__
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+
+    async def _sample(self, progress: Progress | None) -> None:
+        while True:
+            depth = 0
+            if self._scheduler is not None:
+                depth += self._scheduler.snapshot().queue_depth
+            try:
+                metrics = await self.backend.metrics()
+            except BackendError:
+                metrics = None
+            if metrics is not None:
+                depth += metrics.requests_waiting or 0
+                if metrics.kv_cache_usage is not None:
+                    self.kv_use_max = max(
+                        self.kv_use_max or 0.0, metrics.kv_cache_usage
+                    )
+            self.queue_depth_max = max(self.queue_depth_max, depth)
+            if progress is not None:
+                progress(
+                    self.now(), sum(1 for r in self.records if r.outcome != "pending")
+                )
+            # Twice a second: often enough for the maxima, light on the server under test.
+            await asyncio.sleep(0.5)
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal (silent elsewhere or for short runs)."""
+
+    def __init__(
+        self, total_s: float, label: str, stream: TextIO | None = None
+    ) -> None:
+        """Draw to ``stream`` (stderr by default) only when it is a terminal."""
+        self.total_s = total_s
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() and total_s > 3
+        self._last = 0.0
+
+    def __call__(self, elapsed_s: float, done: int) -> None:
+        """Redraw (at most ten times a second)."""
+        if not self.enabled or time.monotonic() - self._last < 0.1:
+            return
+        self._last = time.monotonic()
+        fraction = min(1.0, elapsed_s / self.total_s)
+        filled = int(fraction * 30)
+        self.stream.write(
+            f"\r{self.label:<24} [{'#' * filled}{'.' * (30 - filled)}] "
+            f"{fraction:4.0%} {elapsed_s:6.1f}/{self.total_s:.0f} s  {done} done"
+        )
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End the line."""
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()

@@ -1,0 +1,719 @@
+"""A simulated LLM server for demos, tests and the benchmark: real HTTP, modelled GPU.
+
+It speaks the OpenAI-compatible API (``/v1/chat/completions`` with SSE and usage, ``/v1/models``)
+and either llama.cpp's own endpoints (``/props``, ``/health``, ``/slots``, ``/metrics`` in
+llama.cpp's Prometheus format; the default, so the backend detection sees a llama-server) or
+Ollama's (``/api/chat`` NDJSON, ``/api/tags``, ``/api/ps``, ``/api/version``, ``/api/show``) with
+``kind="ollama"``. Timing comes from :mod:`.sim_engine`, answers from :mod:`.sim_answers`.
+
+    async with SimulatedServer(SimConfig(slots=4, speed=10)) as sim:
+        url = sim.url
+
+Command line (``scripts/develop`` uses it)::
+
+    python -m custom_components.llm_lanes.core.bench.simulator --port 11434 --slots 4 --speed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+from dataclasses import dataclass, field
+import json
+import logging
+import time
+from types import TracebackType
+from typing import Any, Literal, Self
+import uuid
+
+from aiohttp import web
+
+from .sim_answers import (
+    AnswerPlan,
+    SimMessage,
+    SimTool,
+    count_prompt_tokens,
+    plan_answer,
+)
+from .sim_engine import Engine, EngineCosts, Sequence
+
+_LOGGER = logging.getLogger(__name__)
+
+SimKind = Literal["llama_cpp", "ollama"]
+SIM_VERSION = "0.1.0-sim"
+LLAMA_CPP_BUILD = "b6000-sim"
+OLLAMA_VERSION = "0.12.6"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimConfig:
+    """How the simulated server looks and how fast it is."""
+
+    kind: SimKind = "llama_cpp"
+    model: str = "sim-llama-8b"
+    slots: int = 4
+    costs: EngineCosts = field(default_factory=EngineCosts)
+    prefill_chunk_tokens: int | None = 2048
+    """Prompt tokens one iteration may prefill (llama.cpp's default batch is 2,048); None: all."""
+    kv_capacity_tokens: int = 32768
+    """KV cache size; llama.cpp's ``-c``. Each slot's context is this divided by ``slots``."""
+    max_queue: int | None = None
+    """Waiting requests beyond this get 503 (Ollama's ``OLLAMA_MAX_QUEUE``); None: unbounded."""
+    seed: int = 0
+    speed: float = 1.0
+    """Time runs this many times faster than the cost model says."""
+    host: str = "127.0.0.1"
+    port: int = 0
+    """0 picks a free port."""
+
+    @property
+    def context_per_slot(self) -> int:
+        """Context length of one slot (``n_ctx`` of ``/props``)."""
+        return self.kv_capacity_tokens // self.slots
+
+
+@dataclass(slots=True)
+class _ParsedChat:
+    messages: list[SimMessage]
+    tools: list[SimTool]
+    max_tokens: int | None
+    ignore_eos: bool
+    json_schema: dict[str, Any] | None
+    stream: bool
+    include_usage: bool
+    model: str
+
+
+class SimulatedServer:
+    """The aiohttp application plus its engine; an async context manager."""
+
+    def __init__(self, config: SimConfig | None = None) -> None:
+        """Build the server; nothing listens until ``start``."""
+        self.config = config or SimConfig()
+        self.engine = Engine(
+            slots=self.config.slots,
+            kv_capacity_tokens=self.config.kv_capacity_tokens,
+            prefill_chunk_tokens=self.config.prefill_chunk_tokens,
+            costs=self.config.costs,
+            speed=self.config.speed,
+        )
+        self.requests_seen: list[dict[str, Any]] = []
+        """Bodies of the chat requests received (for tests)."""
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._started = time.time()
+
+    @property
+    def url(self) -> str:
+        """Base URL of the running server."""
+        return f"http://{self.config.host}:{self._port}"
+
+    @property
+    def port(self) -> int:
+        """The port it listens on."""
+        return self._port
+
+    async def start(self) -> None:
+        """Listen on the configured host and port."""
+        self.engine.start()
+        app = web.Application()
+        self._add_routes(app)
+        # handler_cancellation: a client that disconnects cancels its handler, which frees the slot.
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.host, self.config.port)
+        await site.start()
+        address = self._runner.addresses[0]
+        self._port = int(address[1])
+        _LOGGER.debug(
+            "simulated %s server with %d slots on %s",
+            self.config.kind,
+            self.config.slots,
+            self.url,
+        )
+
+    async def stop(self) -> None:
+        """Stop listening and end every request."""
+        await self.engine.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        """Start the server."""
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the server."""
+        await self.stop()
+
+    # --- routes ---------------------------------------------------------------------------------
+
+    def _add_routes(self, app: web.Application) -> None:
+        routes: list[web.RouteDef] = [
+            web.post("/v1/chat/completions", self._openai_chat),
+            web.get("/v1/models", self._openai_models),
+        ]
+        if self.config.kind == "llama_cpp":
+            routes += [
+                web.post("/chat/completions", self._openai_chat),
+                web.get("/props", self._props),
+                web.get("/health", self._health),
+                web.get("/slots", self._slots),
+                web.get("/metrics", self._metrics),
+            ]
+        else:
+            routes += [
+                web.get("/", self._ollama_root),
+                web.post("/api/chat", self._ollama_chat),
+                web.get("/api/tags", self._ollama_tags),
+                web.get("/api/ps", self._ollama_ps),
+                web.get("/api/version", self._ollama_version),
+                web.post("/api/show", self._ollama_show),
+            ]
+        app.add_routes(routes)
+
+    # --- llama.cpp ------------------------------------------------------------------------------
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _props(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "default_generation_settings": {
+                    "n_ctx": self.config.context_per_slot,
+                    "params": {
+                        "n_predict": -1,
+                        "temperature": 0.8,
+                        "seed": self.config.seed,
+                    },
+                },
+                "total_slots": self.config.slots,
+                "model_path": f"/models/{self.config.model}.gguf",
+                "chat_template": "{{ messages }}",
+                "modalities": {"vision": False, "audio": False},
+                "build_info": LLAMA_CPP_BUILD,
+            }
+        )
+
+    async def _slots(self, request: web.Request) -> web.Response:
+        table = []
+        for index, seq in enumerate(self.engine.slot_table()):
+            table.append(
+                {
+                    "id": index,
+                    "id_task": -1 if seq is None else seq.id,
+                    "n_ctx": self.config.context_per_slot,
+                    "speculative": False,
+                    "is_processing": seq is not None,
+                    "next_token": {
+                        "has_next_token": seq is not None,
+                        "n_remain": 0
+                        if seq is None
+                        else seq.max_new_tokens - seq.generated,
+                        "n_decoded": 0 if seq is None else seq.generated,
+                    },
+                }
+            )
+        return web.json_response(table)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        stats = self.engine.stats
+        busy_per_decode = (
+            stats.busy_slots_sum / stats.decode_iterations_total
+            if stats.decode_iterations_total
+            else 0.0
+        )
+        rows: list[tuple[str, str, str, float]] = [
+            ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", stats.prompt_tokens_total),
+            ("prompt_seconds_total", "counter", "Prompt process time", stats.prompt_seconds_total),
+            ("tokens_predicted_total", "counter", "Number of generation tokens processed.", stats.tokens_predicted_total),
+            ("tokens_predicted_seconds_total", "counter", "Predict process time", stats.tokens_predicted_seconds_total),
+            ("n_decode_total", "counter", "Total number of llama_decode() calls", stats.decode_iterations_total),
+            ("n_busy_slots_per_decode", "counter", "Average number of busy slots per llama_decode() call", busy_per_decode),
+            ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", _rate(stats.prompt_tokens_total, stats.prompt_seconds_total)),
+            ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.", _rate(stats.tokens_predicted_total, stats.tokens_predicted_seconds_total)),
+            ("kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.", self.engine.kv_usage),
+            ("kv_cache_tokens", "gauge", "KV-cache tokens.", self.engine.kv_used_tokens),
+            ("requests_processing", "gauge", "Number of requests processing.", len(self.engine.running)),
+            ("requests_deferred", "gauge", "Number of requests deferred.", len(self.engine.waiting)),
+            ("n_preemptions_total", "counter", "Sequences preempted for lack of KV cache (simulator only).", stats.preemptions_total),
+        ]  # fmt: skip
+        lines: list[str] = []
+        for name, kind, help_text, value in rows:
+            lines += [
+                f"# HELP llamacpp:{name} {help_text}",
+                f"# TYPE llamacpp:{name} {kind}",
+                f"llamacpp:{name} {_number(value)}",
+            ]
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    # --- OpenAI-compatible ----------------------------------------------------------------------
+
+    async def _openai_models(self, request: web.Request) -> web.Response:
+        owner = "llamacpp" if self.config.kind == "llama_cpp" else "library"
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.config.model,
+                        "object": "model",
+                        "created": int(self._started),
+                        "owned_by": owner,
+                        "meta": {"n_ctx_train": self.config.context_per_slot},
+                    }
+                ],
+            }
+        )
+
+    async def _openai_chat(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        self.requests_seen.append(body)
+        try:
+            chat = _parse_openai(body)
+        except (KeyError, TypeError, ValueError) as err:
+            return _error(400, f"invalid request: {err}", openai=True)
+        if refusal := self._refuse(chat, openai=True):
+            return refusal
+        prompt_tokens = count_prompt_tokens(chat.messages, chat.tools)
+        if prompt_tokens >= self.config.context_per_slot:
+            return _error(
+                400,
+                f"the request exceeds the available context size ({prompt_tokens} tokens)",
+                openai=True,
+            )
+        plan = self._plan(chat, prompt_tokens)
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": chat.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(plan.pieces),
+            "total_tokens": prompt_tokens + len(plan.pieces),
+        }
+        tool_calls = [
+            {
+                "index": i,
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments),
+                },
+            }
+            for i, call in enumerate(plan.tool_calls)
+        ]
+        if not chat.stream:
+            text = "".join([piece async for piece in self._run(prompt_tokens, plan)])
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = [
+                    {k: v for k, v in call.items() if k != "index"}
+                    for call in tool_calls
+                ]
+            return web.json_response(
+                {
+                    "id": completion_id,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": chat.model,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": plan.finish_reason,
+                        }
+                    ],
+                    "usage": usage,
+                }
+            )
+
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(payload: dict[str, Any] | str) -> None:
+            data = payload if isinstance(payload, str) else json.dumps(payload)
+            await response.write(f"data: {data}\n\n".encode())
+
+        try:
+            await send(chunk({"role": "assistant", "content": None}, None))
+            async for piece in self._run(prompt_tokens, plan):
+                if piece:
+                    await send(chunk({"content": piece}, None))
+            if tool_calls:
+                await send(chunk({"tool_calls": tool_calls}, None))
+            await send(chunk({}, plan.finish_reason))
+            if chat.include_usage:
+                final = chunk({}, None)
+                final["choices"] = []
+                final["usage"] = usage
+                await send(final)
+            await send("[DONE]")
+            await response.write_eof()
+        except ConnectionResetError:
+            # The client went away (cancelled, preempted): its slot is already freed.
+            _LOGGER.debug("client disconnected mid-stream")
+        return response
+
+    # --- Ollama ---------------------------------------------------------------------------------
+
+    async def _ollama_root(self, request: web.Request) -> web.Response:
+        return web.Response(text="Ollama is running")
+
+    async def _ollama_version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": OLLAMA_VERSION})
+
+    def _ollama_model(self) -> dict[str, Any]:
+        return {
+            "name": self.config.model,
+            "model": self.config.model,
+            "modified_at": "2026-01-01T00:00:00Z",
+            "size": 4_920_000_000,
+            "digest": "0" * 64,
+            "details": {
+                "format": "gguf",
+                "family": "llama",
+                "families": ["llama"],
+                "parameter_size": "8.0B",
+                "quantization_level": "Q4_K_M",
+            },
+        }
+
+    async def _ollama_tags(self, request: web.Request) -> web.Response:
+        return web.json_response({"models": [self._ollama_model()]})
+
+    async def _ollama_ps(self, request: web.Request) -> web.Response:
+        loaded = self._ollama_model() | {
+            "expires_at": "2099-01-01T00:00:00Z",
+            "size_vram": 5_600_000_000,
+            "context_length": self.config.context_per_slot,
+        }
+        return web.json_response({"models": [loaded]})
+
+    async def _ollama_show(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        name = body.get("model") or body.get("name")
+        if name != self.config.model:
+            return _error(404, f"model '{name}' not found", openai=False)
+        return web.json_response(
+            {
+                "modelfile": f"FROM {self.config.model}",
+                "parameters": f"num_ctx {self.config.context_per_slot}",
+                "template": "{{ .Prompt }}",
+                "details": self._ollama_model()["details"],
+                "model_info": {
+                    "general.architecture": "llama",
+                    "llama.context_length": 131072,
+                },
+                "capabilities": ["completion", "tools"],
+            }
+        )
+
+    async def _ollama_chat(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        self.requests_seen.append(body)
+        try:
+            chat = _parse_ollama(body)
+        except (KeyError, TypeError, ValueError) as err:
+            return _error(400, f"invalid request: {err}", openai=False)
+        if refusal := self._refuse(chat, openai=False):
+            return refusal
+        if not chat.messages:
+            # Ollama loads the model and answers at once ("load" request used to warm up).
+            return web.json_response(
+                {
+                    "model": chat.model,
+                    "created_at": _now_iso(),
+                    "message": {"role": "assistant", "content": ""},
+                    "done_reason": "load",
+                    "done": True,
+                }
+            )
+        prompt_tokens = count_prompt_tokens(chat.messages, chat.tools)
+        plan = self._plan(chat, prompt_tokens)
+        started = time.monotonic_ns()
+
+        def final(text: str) -> dict[str, Any]:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if plan.tool_calls:
+                message["tool_calls"] = [
+                    {"function": {"name": call.name, "arguments": call.arguments}}
+                    for call in plan.tool_calls
+                ]
+            elapsed = time.monotonic_ns() - started
+            return {
+                "model": chat.model,
+                "created_at": _now_iso(),
+                "message": message,
+                "done": True,
+                "done_reason": plan.finish_reason
+                if plan.finish_reason != "tool_calls"
+                else "stop",
+                "total_duration": elapsed,
+                "load_duration": 0,
+                "prompt_eval_count": prompt_tokens,
+                "prompt_eval_duration": elapsed // 10,
+                "eval_count": len(plan.pieces),
+                "eval_duration": elapsed - elapsed // 10,
+            }
+
+        if not chat.stream:
+            text = "".join([piece async for piece in self._run(prompt_tokens, plan)])
+            return web.json_response(final(text))
+
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
+        try:
+            async for piece in self._run(prompt_tokens, plan):
+                if piece:
+                    line = {
+                        "model": chat.model,
+                        "created_at": _now_iso(),
+                        "message": {"role": "assistant", "content": piece},
+                        "done": False,
+                    }
+                    await response.write(json.dumps(line).encode() + b"\n")
+            await response.write(json.dumps(final("")).encode() + b"\n")
+            await response.write_eof()
+        except ConnectionResetError:
+            # The client went away (cancelled, preempted): its slot is already freed.
+            _LOGGER.debug("client disconnected mid-stream")
+        return response
+
+    # --- shared ---------------------------------------------------------------------------------
+
+    def _refuse(self, chat: _ParsedChat, *, openai: bool) -> web.Response | None:
+        if self.config.kind == "ollama" and chat.model != self.config.model:
+            return _error(404, f"model '{chat.model}' not found", openai=openai)
+        limit = self.config.max_queue
+        if limit is not None and len(self.engine.waiting) >= limit:
+            return _error(
+                503,
+                "server busy, please try again.  maximum pending requests exceeded",
+                openai=openai,
+            )
+        return None
+
+    def _plan(self, chat: _ParsedChat, prompt_tokens: int) -> AnswerPlan:
+        return plan_answer(
+            seed=self.config.seed,
+            messages=chat.messages,
+            tools=chat.tools,
+            max_tokens=chat.max_tokens,
+            ignore_eos=chat.ignore_eos,
+            json_schema=chat.json_schema,
+            context_left=max(1, self.config.context_per_slot - prompt_tokens),
+        )
+
+    async def _run(self, prompt_tokens: int, plan: AnswerPlan) -> AsyncIterator[str]:
+        """Run the plan through the engine, yielding each token's text as it is produced."""
+        seq: Sequence = self.engine.submit(prompt_tokens, len(plan.pieces))
+        try:
+            while (index := await seq.tokens.get()) is not None:
+                yield plan.pieces[index]
+        finally:
+            self.engine.cancel(seq)
+
+
+def _rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.6f}"
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + "Z"
+
+
+def _error(status: int, message: str, *, openai: bool) -> web.Response:
+    if openai:
+        kind = "not_found_error" if status == 404 else "invalid_request_error"
+        return web.json_response(
+            {"error": {"code": status, "message": message, "type": kind}}, status=status
+        )
+    return web.json_response({"error": message}, status=status)
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") for part in content if isinstance(part, dict)
+        )
+    raise TypeError("message content must be a string or a list of parts")
+
+
+def _messages(raw: Any) -> list[SimMessage]:
+    if not isinstance(raw, list):
+        raise TypeError("messages must be a list")
+    return [
+        SimMessage(
+            role=str(item["role"]),
+            content=_content_text(item.get("content")),
+            tool_calls=tuple(item.get("tool_calls") or ()),
+        )
+        for item in raw
+    ]
+
+
+def _tools(raw: Any) -> list[SimTool]:
+    tools: list[SimTool] = []
+    for item in raw or []:
+        function = item.get("function", item)
+        tools.append(
+            SimTool(
+                name=str(function["name"]), parameters=function.get("parameters") or {}
+            )
+        )
+    return tools
+
+
+def _parse_openai(body: dict[str, Any]) -> _ParsedChat:
+    max_tokens = body.get(
+        "max_completion_tokens", body.get("max_tokens", body.get("n_predict"))
+    )
+    schema: dict[str, Any] | None = body.get("json_schema")
+    response_format = body.get("response_format")
+    if (
+        isinstance(response_format, dict)
+        and response_format.get("type") == "json_schema"
+    ):
+        schema = response_format.get("json_schema", {}).get("schema", {})
+    return _ParsedChat(
+        messages=_messages(body["messages"]),
+        tools=_tools(body.get("tools")),
+        max_tokens=None
+        if max_tokens is None or int(max_tokens) < 0
+        else int(max_tokens),
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        json_schema=schema,
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(
+            (body.get("stream_options") or {}).get("include_usage", False)
+        ),
+        model=str(body.get("model") or ""),
+    )
+
+
+def _parse_ollama(body: dict[str, Any]) -> _ParsedChat:
+    options = body.get("options") or {}
+    max_tokens = options.get("num_predict")
+    schema = body.get("format")
+    return _ParsedChat(
+        messages=_messages(body.get("messages", [])),
+        tools=_tools(body.get("tools")),
+        max_tokens=None
+        if max_tokens is None or int(max_tokens) < 0
+        else int(max_tokens),
+        ignore_eos=bool(options.get("ignore_eos", body.get("ignore_eos", False))),
+        json_schema=schema if isinstance(schema, dict) else None,
+        stream=bool(body.get("stream", True)),
+        include_usage=True,
+        model=str(body.get("model") or ""),
+    )
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Options of the simulator's command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m custom_components.llm_lanes.core.bench.simulator",
+        description="Run a simulated LLM server (llama.cpp-like by default, or Ollama).",
+    )
+    defaults = SimConfig()
+    parser.add_argument("--host", default=defaults.host)
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--kind", choices=["llama_cpp", "ollama"], default=defaults.kind
+    )
+    parser.add_argument("--model", default=defaults.model)
+    parser.add_argument("--slots", type=int, default=defaults.slots)
+    parser.add_argument("--speed", type=float, default=defaults.speed)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--kv-capacity", type=int, default=defaults.kv_capacity_tokens)
+    parser.add_argument(
+        "--prefill-chunk", type=int, default=defaults.prefill_chunk_tokens,
+        help="prompt tokens per iteration; 0 for unlimited",
+    )  # fmt: skip
+    parser.add_argument("--max-queue", type=int, default=None)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    """Turn parsed options into a ``SimConfig``."""
+    return SimConfig(
+        kind=args.kind,
+        model=args.model,
+        slots=args.slots,
+        speed=args.speed,
+        seed=args.seed,
+        kv_capacity_tokens=args.kv_capacity,
+        prefill_chunk_tokens=args.prefill_chunk or None,
+        max_queue=args.max_queue,
+        host=args.host,
+        port=args.port,
+    )
+
+
+async def serve_forever(
+    config: SimConfig, ready: Callable[[str], Awaitable[None]] | None = None
+) -> None:
+    """Run the server until cancelled."""
+    async with SimulatedServer(config) as sim:
+        if ready is not None:
+            await ready(sim.url)
+        await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point."""
+    args = build_parser().parse_args(argv)
+    config = config_from_args(args)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+
+    async def announce(url: str) -> None:
+        _LOGGER.info(
+            "simulated %s server (%d slots, speed %g, model %s) listening on %s",
+            config.kind, config.slots, config.speed, config.model, url,
+        )  # fmt: skip
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_forever(config, announce))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,509 @@
+"""Scenarios: who sends what, when, and which objectives they expect.
+
+A scenario is one JSON object::
+
+    {"name": "evening", "duration_s": 120, "warmup_s": 10, "seed": 1,
+     "classes": [{"name": "voice", "lane": "voice", "requesters": ["satellite.kitchen"],
+                  "arrival": {"process": "poisson", "rate_per_s": 0.2},
+                  "prompt_tokens": {"mean": 150, "std": 20, "min": 50, "max": 400},
+                  "output_tokens": {"mean": 25, "std": 5, "min": 5, "max": 60},
+                  "slo": {"ttft_s": 0.5, "itl_s": 0.1}}]}
+
+Arrival processes: ``poisson`` (``rate_per_s``), ``gamma`` (``rate_per_s`` and ``burstiness``, the
+coefficient of variation of the gaps; 1 is Poisson), ``closed`` (``concurrency`` loops that send
+the next request as soon as the previous one ends), ``burst`` (``size`` requests at once every
+``every_s``), ``trace`` (``file``: a JSON list of arrival times in seconds, or of objects
+``{"t", "prompt_tokens", "output_tokens"}``, relative to the scenario file).
+
+Every class draws from its own generator seeded with the scenario seed and the class name, so
+removing a class (the idle baseline) leaves the others' requests unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+import math
+from pathlib import Path
+import random
+from typing import Any
+
+from ..lanes import Lane  # noqa: TID252
+
+PROCESSES = ("poisson", "gamma", "closed", "burst", "trace")
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+_WORDS = [
+    "summarize",
+    "the",
+    "following",
+    "household",
+    "log",
+    "entries",
+    "noting",
+    "anything",
+    "unusual",
+    "about",
+    "energy",
+    "heating",
+    "doors",
+    "windows",
+    "lights",
+    "motion",
+    "presence",
+    "weather",
+    "calendar",
+    "events",
+    "and",
+    "devices",
+    "that",
+    "reported",
+    "errors",
+    "during",
+    "the",
+    "day",
+    "please",
+    "be",
+    "brief",
+    "and",
+    "precise",
+]
+
+
+class ScenarioError(ValueError):
+    """A scenario file is malformed; the message names the offending field."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDistribution:
+    """A clipped normal distribution of token counts."""
+
+    mean: float
+    std: float
+    min: int
+    max: int
+
+    def sample(self, rng: random.Random) -> int:
+        """Draw one count."""
+        value = rng.gauss(self.mean, self.std) if self.std > 0 else self.mean
+        return int(min(self.max, max(self.min, round(value))))
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """One arrival of a trace file."""
+
+    t: float
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """How requests of a class arrive."""
+
+    process: str
+    rate_per_s: float = 0.0
+    burstiness: float = 1.0
+    concurrency: int = 0
+    every_s: float = 0.0
+    size: int = 0
+    file: str | None = None
+    trace: tuple[TraceEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Objectives:
+    """The class's service objectives (used for goodput)."""
+
+    ttft_s: float
+    itl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RequestClass:
+    """A kind of request in the scenario."""
+
+    name: str
+    lane: Lane
+    requesters: tuple[str, ...]
+    arrival: Arrival
+    prompt_tokens: TokenDistribution
+    output_tokens: TokenDistribution
+    slo: Objectives
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A whole workload."""
+
+    name: str
+    duration_s: float
+    warmup_s: float
+    seed: int
+    classes: tuple[RequestClass, ...]
+
+    def only(self, names: set[str]) -> Scenario:
+        """Return the same scenario with only some classes (the idle baseline)."""
+        unknown = names - {cls.name for cls in self.classes}
+        if unknown:
+            raise ScenarioError(f"no class named {', '.join(sorted(unknown))}")
+        return Scenario(
+            name=f"{self.name} ({', '.join(sorted(names))} alone)",
+            duration_s=self.duration_s,
+            warmup_s=self.warmup_s,
+            seed=self.seed,
+            classes=tuple(cls for cls in self.classes if cls.name in names),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (as read)."""
+        return {
+            "name": self.name,
+            "duration_s": self.duration_s,
+            "warmup_s": self.warmup_s,
+            "seed": self.seed,
+            "classes": [
+                {
+                    "name": cls.name,
+                    "lane": cls.lane.key,
+                    "requesters": list(cls.requesters),
+                    "arrival": {
+                        key: value
+                        for key, value in {
+                            "process": cls.arrival.process,
+                            "rate_per_s": cls.arrival.rate_per_s,
+                            "burstiness": cls.arrival.burstiness,
+                            "concurrency": cls.arrival.concurrency,
+                            "every_s": cls.arrival.every_s,
+                            "size": cls.arrival.size,
+                            "file": cls.arrival.file,
+                        }.items()
+                        if value
+                    },
+                    "prompt_tokens": _dist_dict(cls.prompt_tokens),
+                    "output_tokens": _dist_dict(cls.output_tokens),
+                    "slo": {"ttft_s": cls.slo.ttft_s, "itl_s": cls.slo.itl_s},
+                }
+                for cls in self.classes
+            ],
+        }
+
+
+def _dist_dict(dist: TokenDistribution) -> dict[str, float]:
+    return {"mean": dist.mean, "std": dist.std, "min": dist.min, "max": dist.max}
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    """One request of an open-loop class, fixed before the run."""
+
+    class_name: str
+    index: int
+    at_s: float
+    requester: str
+    prompt_tokens: int
+    output_tokens: int
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
+def builtin_scenarios() -> dict[str, Path]:
+    """Return the scenarios shipped with the integration, by name."""
+    return {path.stem: path for path in sorted(SCENARIO_DIR.glob("*.json"))}
+
+
+def load_scenario(source: str | Path) -> Scenario:
+    """Load a scenario from a file path or the name of a built-in one."""
+    path = Path(source)
+    if not path.exists():
+        builtin = builtin_scenarios()
+        if str(source) not in builtin:
+            raise ScenarioError(
+                f"no scenario file {source!s} and no built-in scenario of that name "
+                f"(built-in: {', '.join(builtin)})"
+            )
+        path = builtin[str(source)]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ScenarioError(f"{path}: not valid JSON: {err}") from err
+    return parse_scenario(data, base_dir=path.parent)
+
+
+def parse_scenario(data: Any, *, base_dir: Path | None = None) -> Scenario:
+    """Validate a scenario's JSON object; raise ``ScenarioError`` naming the bad field."""
+    obj = _object(data, "scenario")
+    _no_extra(obj, {"name", "duration_s", "warmup_s", "seed", "classes"}, "scenario")
+    name = _string(obj, "name", "scenario")
+    duration = _number(obj, "duration_s", "scenario", minimum=0, exclusive=True)
+    warmup = _number(obj, "warmup_s", "scenario", default=0.0, minimum=0)
+    if warmup >= duration:
+        raise ScenarioError("scenario.warmup_s: must be shorter than duration_s")
+    seed = int(_number(obj, "seed", "scenario", default=0))
+    raw_classes = obj.get("classes")
+    if not isinstance(raw_classes, list) or not raw_classes:
+        raise ScenarioError("scenario.classes: must be a non-empty list")
+    classes = tuple(
+        _parse_class(raw, f"classes[{i}]", base_dir)
+        for i, raw in enumerate(raw_classes)
+    )
+    names = [cls.name for cls in classes]
+    if len(set(names)) != len(names):
+        raise ScenarioError("scenario.classes: class names must be unique")
+    return Scenario(
+        name=name, duration_s=duration, warmup_s=warmup, seed=seed, classes=classes
+    )
+
+
+def _parse_class(data: Any, where: str, base_dir: Path | None) -> RequestClass:
+    obj = _object(data, where)
+    _no_extra(
+        obj,
+        {
+            "name",
+            "lane",
+            "requesters",
+            "arrival",
+            "prompt_tokens",
+            "output_tokens",
+            "slo",
+        },
+        where,
+    )
+    name = _string(obj, "name", where)
+    lane_key = _string(obj, "lane", where)
+    try:
+        lane = Lane.from_key(lane_key)
+    except ValueError as err:
+        raise ScenarioError(f"{where}.lane: {err}") from None
+    requesters = obj.get("requesters", [f"bench.{name}"])
+    if (
+        not isinstance(requesters, list)
+        or not requesters
+        or not all(isinstance(r, str) and r for r in requesters)
+    ):
+        raise ScenarioError(f"{where}.requesters: must be a non-empty list of names")
+    slo_obj = _object(obj.get("slo"), f"{where}.slo")
+    slo = Objectives(
+        ttft_s=_number(slo_obj, "ttft_s", f"{where}.slo", minimum=0, exclusive=True),
+        itl_s=_number(slo_obj, "itl_s", f"{where}.slo", minimum=0, exclusive=True),
+    )
+    return RequestClass(
+        name=name,
+        lane=lane,
+        requesters=tuple(requesters),
+        arrival=_parse_arrival(obj.get("arrival"), f"{where}.arrival", base_dir),
+        prompt_tokens=_parse_dist(obj.get("prompt_tokens"), f"{where}.prompt_tokens"),
+        output_tokens=_parse_dist(obj.get("output_tokens"), f"{where}.output_tokens"),
+        slo=slo,
+    )
+
+
+def _parse_arrival(data: Any, where: str, base_dir: Path | None) -> Arrival:
+    obj = _object(data, where)
+    _no_extra(
+        obj,
+        {
+            "process",
+            "rate_per_s",
+            "burstiness",
+            "concurrency",
+            "every_s",
+            "size",
+            "file",
+        },
+        where,
+    )
+    process = _string(obj, "process", where)
+    if process not in PROCESSES:
+        raise ScenarioError(f"{where}.process: must be one of {', '.join(PROCESSES)}")
+    if process in {"poisson", "gamma"}:
+        return Arrival(
+            process=process,
+            rate_per_s=_number(obj, "rate_per_s", where, minimum=0, exclusive=True),
+            burstiness=_number(
+                obj, "burstiness", where, default=1.0, minimum=0, exclusive=True
+            ),
+        )
+    if process == "closed":
+        concurrency = _number(obj, "concurrency", where, minimum=1)
+        return Arrival(
+            process=process, concurrency=_integer(concurrency, f"{where}.concurrency")
+        )
+    if process == "burst":
+        size = _number(obj, "size", where, minimum=1)
+        return Arrival(
+            process=process,
+            every_s=_number(obj, "every_s", where, minimum=0, exclusive=True),
+            size=_integer(size, f"{where}.size"),
+        )
+    file = _string(obj, "file", where)
+    path = (
+        Path(file) if base_dir is None or Path(file).is_absolute() else base_dir / file
+    )
+    return Arrival(process=process, file=file, trace=_read_trace(path, f"{where}.file"))
+
+
+def _read_trace(path: Path, where: str) -> tuple[TraceEntry, ...]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ScenarioError(f"{where}: cannot read trace {path}: {err}") from err
+    if not isinstance(data, list):
+        raise ScenarioError(f"{where}: a trace is a JSON list")
+    entries: list[TraceEntry] = []
+    for i, item in enumerate(data):
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            entries.append(TraceEntry(t=float(item)))
+        elif isinstance(item, dict) and isinstance(item.get("t"), (int, float)):
+            entries.append(
+                TraceEntry(
+                    t=float(item["t"]),
+                    prompt_tokens=item.get("prompt_tokens"),
+                    output_tokens=item.get("output_tokens"),
+                )
+            )
+        else:
+            raise ScenarioError(f"{where}[{i}]: expected a time or an object with t")
+        if entries[-1].t < 0:
+            raise ScenarioError(f"{where}[{i}]: times must not be negative")
+    return tuple(sorted(entries, key=lambda entry: entry.t))
+
+
+def _parse_dist(data: Any, where: str) -> TokenDistribution:
+    obj = _object(data, where)
+    _no_extra(obj, {"mean", "std", "min", "max"}, where)
+    mean = _number(obj, "mean", where, minimum=1)
+    std = _number(obj, "std", where, default=0.0, minimum=0)
+    low = _integer(_number(obj, "min", where, default=1, minimum=1), f"{where}.min")
+    high = _integer(
+        _number(obj, "max", where, default=max(mean * 4, mean + 4 * std)),
+        f"{where}.max",
+    )
+    if not low <= mean <= high:
+        raise ScenarioError(f"{where}: needs min <= mean <= max")
+    return TokenDistribution(mean=mean, std=std, min=low, max=high)
+
+
+def _object(data: Any, where: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{where}: must be an object")
+    return data
+
+
+def _no_extra(obj: dict[str, Any], allowed: set[str], where: str) -> None:
+    extra = set(obj) - allowed
+    if extra:
+        raise ScenarioError(f"{where}: unknown field {', '.join(sorted(extra))}")
+
+
+def _string(obj: dict[str, Any], key: str, where: str) -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value:
+        raise ScenarioError(f"{where}.{key}: must be a non-empty string")
+    return value
+
+
+def _number(
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    default: float | None = None,
+    minimum: float | None = None,
+    exclusive: bool = False,
+) -> float:
+    value = obj.get(key, default)
+    if value is None:
+        raise ScenarioError(f"{where}.{key}: is required")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or math.isnan(value)
+    ):
+        raise ScenarioError(f"{where}.{key}: must be a number")
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        raise ScenarioError(
+            f"{where}.{key}: must be {'>' if exclusive else '>='} {minimum}"
+        )
+    return float(value)
+
+
+def _integer(value: float, where: str) -> int:
+    if not float(value).is_integer():
+        raise ScenarioError(f"{where}: must be a whole number")
+    return int(value)
+
+
+# --- arrivals ---------------------------------------------------------------------------------
+
+
+def class_rng(
+    scenario: Scenario, cls: RequestClass, stream: str = "open"
+) -> random.Random:
+    """Return the generator of one class (independent of the other classes)."""
+    return random.Random(f"{scenario.seed}:{cls.name}:{stream}")
+
+
+def arrival_times(
+    arrival: Arrival, duration_s: float, rng: random.Random
+) -> list[float]:
+    """Arrival times in [0, duration) of an open-loop process (closed has none)."""
+    times: list[float] = []
+    if arrival.process in {"poisson", "gamma"}:
+        mean_gap = 1.0 / arrival.rate_per_s
+        shape = 1.0 if arrival.process == "poisson" else 1.0 / arrival.burstiness**2
+        t = rng.gammavariate(shape, mean_gap / shape)
+        while t < duration_s:
+            times.append(t)
+            t += rng.gammavariate(shape, mean_gap / shape)
+    elif arrival.process == "burst":
+        t = arrival.every_s
+        while t < duration_s:
+            times.extend([t] * arrival.size)
+            t += arrival.every_s
+    elif arrival.process == "trace":
+        times = [entry.t for entry in arrival.trace if entry.t < duration_s]
+    return times
+
+
+def plan_open_requests(scenario: Scenario) -> list[PlannedRequest]:
+    """Every open-loop request of the scenario, in arrival order."""
+    planned: list[PlannedRequest] = []
+    for cls in scenario.classes:
+        if cls.arrival.process == "closed":
+            continue
+        rng = class_rng(scenario, cls)
+        times = arrival_times(cls.arrival, scenario.duration_s, rng)
+        trace = cls.arrival.trace
+        for index, at in enumerate(times):
+            prompt = cls.prompt_tokens.sample(rng)
+            output = cls.output_tokens.sample(rng)
+            if cls.arrival.process == "trace":
+                prompt = trace[index].prompt_tokens or prompt
+                output = trace[index].output_tokens or output
+            planned.append(
+                PlannedRequest(
+                    class_name=cls.name,
+                    index=index,
+                    at_s=at,
+                    requester=cls.requesters[index % len(cls.requesters)],
+                    prompt_tokens=prompt,
+                    output_tokens=output,
+                )
+            )
+    planned.sort(key=lambda request: (request.at_s, request.class_name, request.index))
+    return planned
+
+
+def prompt_text(tokens: int, rng: random.Random) -> str:
+    """Return a unique prompt of about ``tokens`` tokens (4 characters each, template included)."""
+    chars = max(4, (tokens - 4) * 4)
+    words = [f"#{rng.getrandbits(32):08x}"]
+    length = len(words[0])
+    while length < chars:
+        word = rng.choice(_WORDS)
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[:chars]

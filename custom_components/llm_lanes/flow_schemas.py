@@ -1,0 +1,280 @@
+"""Form schemas of the options flow and the subentry flows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from homeassistant.const import CONF_NAME
+from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import section
+from homeassistant.helpers import llm
+from homeassistant.helpers.selector import (
+    BooleanSelector,
+    NumberSelector,
+    NumberSelectorConfig,
+    NumberSelectorMode,
+    SelectOptionDict,
+    SelectSelector,
+    SelectSelectorConfig,
+    SelectSelectorMode,
+    TemplateSelector,
+    TextSelector,
+    TextSelectorConfig,
+    TimeSelector,
+)
+import probatio
+
+from .const import (
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    CONF_PROMPT,
+    CONF_TEMPERATURE,
+    DEFAULT_AI_TASK_NAME,
+    DEFAULT_CONVERSATION_NAME,
+    DEFAULT_NIGHTLY_END,
+    DEFAULT_NIGHTLY_START,
+    DEFAULT_TEMPERATURE,
+    LANE_OPTION_LIMITS,
+    OPT_AGING_S,
+    OPT_BACKGROUND_PAUSED,
+    OPT_BACKGROUND_SHARE,
+    OPT_HEADROOM,
+    OPT_MAX_SEQUENCES,
+    OPT_NIGHTLY_END,
+    OPT_NIGHTLY_START,
+    OPT_POLICY,
+    OPT_PREEMPTION,
+    OPT_PREFILL_BUDGET,
+    OPT_QUOTA_ACTION,
+    OPT_QUOTA_TOKENS_PER_DAY,
+    OPT_REQUESTER_QUOTAS,
+    SUBENTRY_CONVERSATION,
+)
+from .core.lanes import Lane
+from .core.settings import Policy, QuotaAction
+from .jobs import (
+    OPT_JOBS_MAX_IN_FLIGHT,
+    OPT_JOBS_NIGHTLY_BUDGET,
+    OPT_JOBS_RETENTION_DAYS,
+    OPT_JOBS_TOKENS_PER_MINUTE,
+    JobSettings,
+)
+from .settings_options import parse_requester_quotas, settings_from_options
+
+
+def _number(
+    minimum: float, maximum: float, step: float, unit: str | None = None
+) -> NumberSelector:
+    config = NumberSelectorConfig(
+        min=minimum, max=maximum, step=step, mode=NumberSelectorMode.BOX
+    )
+    if unit is not None:
+        config["unit_of_measurement"] = unit
+    return NumberSelector(config)
+
+
+def _choice(values: list[str], translation_key: str) -> SelectSelector:
+    return SelectSelector(
+        SelectSelectorConfig(
+            options=values,
+            mode=SelectSelectorMode.DROPDOWN,
+            translation_key=translation_key,
+        )
+    )
+
+
+LANE_LIMIT_SELECTORS: dict[str, NumberSelector] = {
+    "ttft_slo_s": _number(0.05, 600, 0.05, "s"),
+    "itl_slo_s": _number(0.01, 10, 0.01, "s"),
+    "max_output_tokens": _number(1, 131072, 1),
+    "max_queued": _number(1, 10000, 1),
+}
+
+
+def options_schema(
+    options: Mapping[str, Any],
+    server_slots: int | None,
+    user_input: Mapping[str, Any] | None = None,
+) -> probatio.Schema:
+    """Build the options form, filled with the current values (or what the user just sent)."""
+    current = settings_from_options(options, server_slots)
+    jobs = JobSettings.from_options(options)
+    shown: Mapping[str, Any] = user_input or {}
+
+    def default(key: str, value: Any) -> Any:
+        return shown.get(key, options.get(key, value))
+
+    fields: dict[Any, Any] = {
+        probatio.Required(
+            OPT_POLICY, default=default(OPT_POLICY, current.policy.value)
+        ): _choice([policy.value for policy in Policy], "policy"),
+        probatio.Required(
+            OPT_MAX_SEQUENCES, default=default(OPT_MAX_SEQUENCES, current.max_sequences)
+        ): _number(1, 256, 1),
+        probatio.Required(
+            OPT_PREFILL_BUDGET,
+            default=default(OPT_PREFILL_BUDGET, current.prefill_budget),
+        ): _number(64, 1_048_576, 64),
+        probatio.Required(
+            OPT_HEADROOM, default=default(OPT_HEADROOM, current.headroom)
+        ): _number(0, 255, 1),
+        probatio.Required(
+            OPT_AGING_S, default=default(OPT_AGING_S, current.aging_s)
+        ): _number(1, 3600, 1, "s"),
+        probatio.Required(
+            OPT_BACKGROUND_SHARE,
+            default=default(OPT_BACKGROUND_SHARE, current.background_share),
+        ): _number(0, 1, 0.05),
+        probatio.Required(
+            OPT_PREEMPTION, default=default(OPT_PREEMPTION, current.preemption)
+        ): BooleanSelector(),
+        probatio.Required(
+            OPT_BACKGROUND_PAUSED,
+            default=default(OPT_BACKGROUND_PAUSED, current.background_paused),
+        ): BooleanSelector(),
+        probatio.Required(
+            OPT_QUOTA_TOKENS_PER_DAY,
+            default=default(OPT_QUOTA_TOKENS_PER_DAY, current.quota_tokens_per_day),
+        ): _number(0, 1_000_000_000, 1000),
+        probatio.Optional(
+            OPT_REQUESTER_QUOTAS,
+            description={"suggested_value": default(OPT_REQUESTER_QUOTAS, "")},
+        ): TextSelector(TextSelectorConfig(multiline=True)),
+        probatio.Required(
+            OPT_QUOTA_ACTION,
+            default=default(OPT_QUOTA_ACTION, current.quota_action.value),
+        ): _choice([action.value for action in QuotaAction], "quota_action"),
+        probatio.Required(
+            OPT_NIGHTLY_START, default=default(OPT_NIGHTLY_START, DEFAULT_NIGHTLY_START)
+        ): TimeSelector(),
+        probatio.Required(
+            OPT_NIGHTLY_END, default=default(OPT_NIGHTLY_END, DEFAULT_NIGHTLY_END)
+        ): TimeSelector(),
+        probatio.Required(
+            OPT_JOBS_MAX_IN_FLIGHT,
+            default=default(OPT_JOBS_MAX_IN_FLIGHT, jobs.max_in_flight),
+        ): _number(1, 8, 1),
+        probatio.Required(
+            OPT_JOBS_TOKENS_PER_MINUTE,
+            default=default(OPT_JOBS_TOKENS_PER_MINUTE, jobs.tokens_per_minute),
+        ): _number(0, 1_000_000, 100),
+        probatio.Required(
+            OPT_JOBS_NIGHTLY_BUDGET,
+            default=default(OPT_JOBS_NIGHTLY_BUDGET, jobs.nightly_token_budget),
+        ): _number(0, 1_000_000_000, 1000),
+        probatio.Required(
+            OPT_JOBS_RETENTION_DAYS,
+            default=default(OPT_JOBS_RETENTION_DAYS, jobs.retention_days),
+        ): _number(1, 365, 1),
+    }
+    for lane in Lane:
+        limits = current.lanes[lane]
+        lane_shown: Mapping[str, Any] = shown.get(lane.key) or {}
+        lane_fields = {
+            probatio.Required(
+                limit, default=lane_shown.get(limit, getattr(limits, limit))
+            ): LANE_LIMIT_SELECTORS[limit]
+            for limit in LANE_OPTION_LIMITS
+        }
+        fields[probatio.Optional(lane.key)] = section(
+            probatio.Schema(lane_fields), {"collapsed": True}
+        )
+    return probatio.Schema(fields)
+
+
+def options_to_store(
+    previous: Mapping[str, Any], user_input: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Normalize the submitted options (whole numbers as int); raise ``ValueError`` if invalid."""
+    integer_keys = {
+        OPT_MAX_SEQUENCES,
+        OPT_PREFILL_BUDGET,
+        OPT_HEADROOM,
+        OPT_QUOTA_TOKENS_PER_DAY,
+        OPT_JOBS_MAX_IN_FLIGHT,
+        OPT_JOBS_TOKENS_PER_MINUTE,
+        OPT_JOBS_NIGHTLY_BUDGET,
+        OPT_JOBS_RETENTION_DAYS,
+    }
+    options: dict[str, Any] = {**previous}
+    for key, value in user_input.items():
+        if key in {lane.key for lane in Lane}:
+            options[key] = {
+                limit: int(raw)
+                if limit in {"max_output_tokens", "max_queued"}
+                else float(raw)
+                for limit, raw in dict(value).items()
+            }
+        elif key in integer_keys:
+            options[key] = int(value)
+        else:
+            options[key] = value
+    quotas = str(options.get(OPT_REQUESTER_QUOTAS) or "")
+    parse_requester_quotas(quotas)
+    options[OPT_REQUESTER_QUOTAS] = quotas
+    return options
+
+
+def subentry_schema(
+    hass: HomeAssistant,
+    *,
+    subentry_type: str,
+    models: tuple[str, ...],
+    current: Mapping[str, Any] | None,
+    default_model: str,
+) -> probatio.Schema:
+    """Build the form of a conversation agent or AI Task entity."""
+    values: Mapping[str, Any] = current or {}
+    fields: dict[Any, Any] = {}
+    if current is None:
+        name = (
+            DEFAULT_CONVERSATION_NAME
+            if subentry_type == SUBENTRY_CONVERSATION
+            else DEFAULT_AI_TASK_NAME
+        )
+        fields[probatio.Required(CONF_NAME, default=name)] = str
+    fields[
+        probatio.Required(CONF_MODEL, default=values.get(CONF_MODEL, default_model))
+    ] = SelectSelector(
+        SelectSelectorConfig(
+            options=[SelectOptionDict(value=m, label=m) for m in models],
+            mode=SelectSelectorMode.DROPDOWN,
+            custom_value=True,
+            sort=True,
+        )
+    )
+    fields[
+        probatio.Optional(
+            CONF_PROMPT,
+            description={
+                "suggested_value": values.get(
+                    CONF_PROMPT,
+                    llm.DEFAULT_INSTRUCTIONS_PROMPT
+                    if subentry_type == SUBENTRY_CONVERSATION
+                    else "",
+                )
+            },
+        )
+    ] = TemplateSelector()
+    if subentry_type == SUBENTRY_CONVERSATION:
+        apis = [
+            SelectOptionDict(value=api.id, label=api.name)
+            for api in llm.async_get_apis(hass)
+        ]
+        known = {api["value"] for api in apis}
+        selected = [api for api in values.get(CONF_LLM_HASS_API, []) if api in known]
+        fields[
+            probatio.Optional(
+                CONF_LLM_HASS_API, description={"suggested_value": selected}
+            )
+        ] = SelectSelector(SelectSelectorConfig(options=apis, multiple=True))
+    fields[
+        probatio.Optional(
+            CONF_TEMPERATURE,
+            description={
+                "suggested_value": values.get(CONF_TEMPERATURE, DEFAULT_TEMPERATURE)
+            },
+        )
+    ] = _number(0, 2, 0.05)
+    return probatio.Schema(fields)

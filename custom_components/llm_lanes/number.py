@@ -1,0 +1,118 @@
+"""Numbers of an LLM server: max sequences and background share, written to the entry options."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from homeassistant.components.number import (
+    NumberEntity,
+    NumberEntityDescription,
+    NumberMode,
+)
+from homeassistant.const import PERCENTAGE, EntityCategory
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+
+from .const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
+from .entity import LLMLanesEntity
+
+if TYPE_CHECKING:
+    from .core.settings import SchedulerSettings
+    from .models import LLMLanesConfigEntry
+
+PARALLEL_UPDATES = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SettingNumberDescription(NumberEntityDescription):
+    """A scheduler setting shown as a number and stored under ``option``."""
+
+    option: str
+    value_fn: Callable[[SchedulerSettings], float]
+    """The setting as the entity shows it."""
+    to_option: Callable[[float], Any]
+    """The entity's value as the option stores it."""
+
+
+NUMBERS: tuple[SettingNumberDescription, ...] = (
+    SettingNumberDescription(
+        key=OPT_MAX_SEQUENCES,
+        translation_key=OPT_MAX_SEQUENCES,
+        entity_category=EntityCategory.CONFIG,
+        mode=NumberMode.BOX,
+        native_min_value=1,
+        native_max_value=64,
+        native_step=1,
+        option=OPT_MAX_SEQUENCES,
+        value_fn=lambda settings: settings.max_sequences,
+        to_option=int,
+    ),
+    SettingNumberDescription(
+        key=OPT_BACKGROUND_SHARE,
+        translation_key=OPT_BACKGROUND_SHARE,
+        entity_category=EntityCategory.CONFIG,
+        mode=NumberMode.SLIDER,
+        native_min_value=0,
+        native_max_value=100,
+        native_step=1,
+        native_unit_of_measurement=PERCENTAGE,
+        option=OPT_BACKGROUND_SHARE,
+        # Shown in percent, stored (like the scheduler setting) as a fraction.
+        value_fn=lambda settings: round(settings.background_share * 100, 1),
+        to_option=lambda value: round(value / 100, 4),
+    ),
+)
+
+
+async def async_setup_entry(
+    hass: HomeAssistant,
+    entry: LLMLanesConfigEntry,
+    async_add_entities: AddConfigEntryEntitiesCallback,
+) -> None:
+    """Set up the scheduler setting numbers."""
+    async_add_entities(SettingNumber(entry, description) for description in NUMBERS)
+
+
+class SettingNumber(LLMLanesEntity, NumberEntity):
+    """A scheduler setting; changing it updates the entry options, applied live."""
+
+    _attr_should_poll = False
+    entity_description: SettingNumberDescription
+
+    def __init__(
+        self, entry: LLMLanesConfigEntry, description: SettingNumberDescription
+    ) -> None:
+        """Show one setting of the entry's scheduler."""
+        super().__init__(entry, description.key)
+        self.entity_description = description
+
+    async def async_added_to_hass(self) -> None:
+        """Follow option changes (this entity's and the options flow's)."""
+        await super().async_added_to_hass()
+        self.async_on_remove(self.entry.add_update_listener(self._async_entry_updated))
+
+    async def _async_entry_updated(
+        self, hass: HomeAssistant, entry: LLMLanesConfigEntry
+    ) -> None:
+        self.async_write_ha_state()
+
+    @property
+    def native_value(self) -> float:
+        """The setting the scheduler runs with."""
+        return self.entity_description.value_fn(
+            self.entry.runtime_data.scheduler.settings
+        )
+
+    async def async_set_native_value(self, value: float) -> None:
+        """Store the new value in the options; the options listener applies it."""
+        self.hass.config_entries.async_update_entry(
+            self.entry,
+            options={
+                **self.entry.options,
+                self.entity_description.option: self.entity_description.to_option(
+                    value
+                ),
+            },
+        )

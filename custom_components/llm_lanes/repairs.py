@@ -1,0 +1,135 @@
+"""Repair issues of a server: unreachable for minutes, configured model gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from homeassistant.components.repairs import RepairsFlow, RepairsFlowResult
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.const import CONF_URL
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers import issue_registry as ir
+from homeassistant.helpers.event import async_call_later
+import probatio
+
+from .const import CONF_MODEL, DOMAIN, UNREACHABLE_REPAIR_AFTER
+from .models import LLMLanesConfigEntry
+
+
+def unreachable_issue_id(entry_id: str) -> str:
+    """Issue id of "server unreachable" for one entry."""
+    return f"server_unreachable_{entry_id}"
+
+
+def model_missing_issue_id(entry_id: str) -> str:
+    """Issue id of "configured model missing" for one entry."""
+    return f"model_missing_{entry_id}"
+
+
+@callback
+def async_track_server_issues(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+    """Raise and clear the entry's issues from the server coordinator's polls."""
+    server = entry.runtime_data.server
+    unsub_timer: CALLBACK_TYPE | None = None
+
+    @callback
+    def _cancel_timer() -> None:
+        nonlocal unsub_timer
+        if unsub_timer is not None:
+            unsub_timer()
+            unsub_timer = None
+
+    @callback
+    def _still_unreachable(_now: Any) -> None:
+        nonlocal unsub_timer
+        unsub_timer = None
+        if not server.last_update_success:
+            ir.async_create_issue(
+                hass,
+                DOMAIN,
+                unreachable_issue_id(entry.entry_id),
+                is_fixable=False,
+                severity=ir.IssueSeverity.ERROR,
+                translation_key="server_unreachable",
+                translation_placeholders={
+                    "title": entry.title,
+                    "url": entry.data[CONF_URL],
+                },
+            )
+
+    @callback
+    def _polled() -> None:
+        nonlocal unsub_timer
+        if not server.last_update_success:
+            if unsub_timer is None:
+                unsub_timer = async_call_later(
+                    hass, UNREACHABLE_REPAIR_AFTER, _still_unreachable
+                )
+            return
+        _cancel_timer()
+        ir.async_delete_issue(hass, DOMAIN, unreachable_issue_id(entry.entry_id))
+        info = server.data.info
+        model = entry.data[CONF_MODEL]
+        if info.models and model not in info.models:
+            ir.async_create_issue(
+                hass,
+                DOMAIN,
+                model_missing_issue_id(entry.entry_id),
+                is_fixable=True,
+                severity=ir.IssueSeverity.ERROR,
+                translation_key="model_missing",
+                translation_placeholders={"title": entry.title, "model": model},
+                data={"entry_id": entry.entry_id},
+            )
+        else:
+            ir.async_delete_issue(hass, DOMAIN, model_missing_issue_id(entry.entry_id))
+
+    entry.async_on_unload(server.async_add_listener(_polled))
+    entry.async_on_unload(_cancel_timer)
+    _polled()
+
+
+class ModelMissingRepairFlow(RepairsFlow):
+    """Pick another model the server offers, then reload the entry."""
+
+    def __init__(self, entry_id: str) -> None:
+        """Remember which entry to fix."""
+        self.entry_id = entry_id
+
+    async def async_step_init(
+        self, user_input: dict[str, str] | None = None
+    ) -> RepairsFlowResult:
+        """Start with the model choice (``user_input`` here is the issue's data)."""
+        return await self.async_step_pick_model()
+
+    async def async_step_pick_model(
+        self, user_input: dict[str, str] | None = None
+    ) -> RepairsFlowResult:
+        """Offer the server's models."""
+        entry: LLMLanesConfigEntry | None = self.hass.config_entries.async_get_entry(
+            self.entry_id
+        )
+        if entry is None or entry.state is not ConfigEntryState.LOADED:
+            return self.async_abort(reason="entry_not_loaded")
+        models = entry.runtime_data.server.data.info.models
+        if user_input is not None:
+            self.hass.config_entries.async_update_entry(
+                entry, data={**entry.data, CONF_MODEL: user_input[CONF_MODEL]}
+            )
+            self.hass.config_entries.async_schedule_reload(entry.entry_id)
+            return self.async_create_entry(data={})
+        return self.async_show_form(
+            step_id="pick_model",
+            data_schema=probatio.Schema(
+                {probatio.Required(CONF_MODEL): probatio.In(models)}
+            ),
+            description_placeholders={"model": entry.data[CONF_MODEL]},
+        )
+
+
+async def async_create_fix_flow(
+    hass: HomeAssistant, issue_id: str, data: dict[str, Any] | None
+) -> RepairsFlow:
+    """Create the fix flow of a fixable issue (only "model missing" is)."""
+    assert data is not None
+    return ModelMissingRepairFlow(str(data["entry_id"]))

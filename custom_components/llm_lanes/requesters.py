@@ -1,0 +1,60 @@
+"""Who is charged for a request: requester ids, agreed with the per-requester sensors.
+
+``user:<ha user id>``, ``device:<device id>`` (a voice satellite), ``automation:<entity id>``,
+``ai_task`` (an AI Task call from an unknown automation), ``job:<job name>``, else free text.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from homeassistant.core import Context, HomeAssistant
+
+AI_TASK_REQUESTER: Final = "ai_task"
+AUTOMATION_DOMAIN: Final = "automation"
+
+
+def user_requester(user_id: str) -> str:
+    """Name the requester of a Home Assistant user."""
+    return f"user:{user_id}"
+
+
+def device_requester(device_id: str) -> str:
+    """Name the requester of a device (a voice satellite)."""
+    return f"device:{device_id}"
+
+
+def automation_requester(entity_id: str) -> str:
+    """Name the requester of an automation."""
+    return f"automation:{entity_id}"
+
+
+def job_requester(name: str) -> str:
+    """Name the requester of a stored job."""
+    return f"job:{name}"
+
+
+def automation_for_context(hass: HomeAssistant, context: Context | None) -> str | None:
+    """Find the automation whose run created ``context`` (or its parent), if any.
+
+    An automation writes its state with the context of the run it starts, and every action of
+    that run carries the same context (or a child of it).
+    """
+    if context is None:
+        return None
+    ids = {context.id, context.parent_id} - {None}
+    for state in hass.states.async_all(AUTOMATION_DOMAIN):
+        if state.context.id in ids:
+            return state.entity_id
+    return None
+
+
+def requester_for_context(
+    hass: HomeAssistant, context: Context | None, default: str
+) -> str:
+    """Charge the user who asked, else the automation that ran, else ``default``."""
+    if context is not None and context.user_id:
+        return user_requester(context.user_id)
+    if (automation := automation_for_context(hass, context)) is not None:
+        return automation_requester(automation)
+    return default

@@ -1,0 +1,96 @@
+"""The one place where a config entry's options become scheduler settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from .const import (
+    LANE_OPTION_LIMITS,
+    OPT_AGING_S,
+    OPT_BACKGROUND_PAUSED,
+    OPT_BACKGROUND_SHARE,
+    OPT_HEADROOM,
+    OPT_MAX_SEQUENCES,
+    OPT_POLICY,
+    OPT_PREEMPTION,
+    OPT_PREFILL_BUDGET,
+    OPT_QUOTA_ACTION,
+    OPT_QUOTA_TOKENS_PER_DAY,
+    OPT_REQUESTER_QUOTAS,
+)
+from .core.lanes import Lane
+from .core.settings import Policy, QuotaAction, SchedulerSettings
+
+DEFAULT_SLOTS = 4
+"""Max sequences when neither the options nor the server say (Ollama's default parallelism)."""
+
+
+def parse_requester_quotas(text: str) -> dict[str, int]:
+    """Parse ``requester=tokens`` pairs, one per line (or separated by commas).
+
+    Raises ``ValueError`` on a malformed pair.
+    """
+    quotas: dict[str, int] = {}
+    for raw in text.replace(",", "\n").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        requester, sep, tokens = line.rpartition("=")
+        requester = requester.strip()
+        if not sep or not requester:
+            raise ValueError(f"expected requester=tokens, got {line!r}")
+        value = int(tokens.strip())
+        if value < 0:
+            raise ValueError(f"a quota cannot be negative: {line!r}")
+        quotas[requester] = value
+    return quotas
+
+
+def settings_from_options(
+    options: Mapping[str, Any], server_slots: int | None
+) -> SchedulerSettings:
+    """Build scheduler settings from an entry's options.
+
+    Options not set keep the engine's defaults, except max sequences, which defaults to the slots
+    the server reports. Headroom is kept below max sequences so automations can always run.
+    """
+    base = SchedulerSettings()
+    max_sequences = int(options.get(OPT_MAX_SEQUENCES) or server_slots or DEFAULT_SLOTS)
+    headroom = int(options.get(OPT_HEADROOM, base.headroom))
+    settings = replace(
+        base,
+        policy=Policy(options.get(OPT_POLICY, base.policy)),
+        max_sequences=max_sequences,
+        prefill_budget=int(options.get(OPT_PREFILL_BUDGET, base.prefill_budget)),
+        headroom=max(0, min(headroom, max_sequences - 1)),
+        aging_s=float(options.get(OPT_AGING_S, base.aging_s)),
+        background_share=float(
+            options.get(OPT_BACKGROUND_SHARE, base.background_share)
+        ),
+        preemption=bool(options.get(OPT_PREEMPTION, base.preemption)),
+        background_paused=bool(
+            options.get(OPT_BACKGROUND_PAUSED, base.background_paused)
+        ),
+        quota_tokens_per_day=int(
+            options.get(OPT_QUOTA_TOKENS_PER_DAY, base.quota_tokens_per_day)
+        ),
+        requester_quotas=parse_requester_quotas(options.get(OPT_REQUESTER_QUOTAS, "")),
+        quota_action=QuotaAction(options.get(OPT_QUOTA_ACTION, base.quota_action)),
+    )
+    for lane in Lane:
+        lane_options: Mapping[str, Any] = options.get(lane.key) or {}
+        changes: dict[str, Any] = {}
+        for limit in LANE_OPTION_LIMITS:
+            if limit in lane_options:
+                current = getattr(settings.lanes[lane], limit)
+                changes[limit] = type(current)(lane_options[limit])
+        if changes:
+            settings = settings.with_lane(lane, **changes)
+        limits = settings.lanes[lane]
+        if limits.default_output_tokens > limits.max_output_tokens:
+            settings = settings.with_lane(
+                lane, default_output_tokens=limits.max_output_tokens
+            )
+    return settings

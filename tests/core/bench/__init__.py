@@ -1,0 +1,1 @@
+"""Tests of the benchmark: simulator, scenarios, runner, reports and sweep."""

@@ -1,0 +1,147 @@
+"""The runner and the sweep against the simulated server, with the real backend and scheduler."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from custom_components.llm_lanes.core.backends.detect import connect
+from custom_components.llm_lanes.core.bench.__main__ import main
+from custom_components.llm_lanes.core.bench.calibrate import calibrate
+from custom_components.llm_lanes.core.bench.report import build_report
+from custom_components.llm_lanes.core.bench.runner import describe_server, run_scenario
+from custom_components.llm_lanes.core.bench.sim_engine import EngineCosts
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from custom_components.llm_lanes.core.bench.sweep import run_sweep
+from custom_components.llm_lanes.core.bench.workload import (
+    parse_scenario,
+    plan_open_requests,
+)
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+
+StartSim = Callable[[SimConfig], Awaitable[SimulatedServer]]
+
+
+def _scenario(**arrival: Any) -> dict[str, Any]:
+    return {
+        "name": "tiny",
+        "duration_s": 2.0,
+        "warmup_s": 0.1,
+        "seed": 3,
+        "classes": [
+            {
+                "name": "chat", "lane": "interactive", "requesters": ["u1", "u2"],
+                "arrival": arrival,
+                "prompt_tokens": {"mean": 60, "std": 5, "min": 40, "max": 80},
+                "output_tokens": {"mean": 10, "std": 0, "min": 10, "max": 10},
+                "slo": {"ttft_s": 100, "itl_s": 0.035},
+            }
+        ],
+    }  # fmt: skip
+
+
+async def test_direct_run_sends_the_planned_requests(
+    start_sim: StartSim, session: aiohttp.ClientSession
+) -> None:
+    """Every planned open-loop request is sent once and gets exactly its planned output tokens."""
+    scenario = parse_scenario(
+        _scenario(process="poisson", rate_per_s=2) | {"duration_s": 40.0}
+    )
+    sim = await start_sim(SimConfig(speed=20))
+    backend = await connect(session, sim.url)
+    result = await run_scenario(
+        backend, scenario, policy="direct", settings=SchedulerSettings(),
+        server=await describe_server(backend, None), time_scale=20,
+    )  # fmt: skip
+    planned = plan_open_requests(scenario)
+    assert len(result.records) == len(planned)
+    assert [(r.outcome, r.error) for r in result.records if r.outcome != "ok"] == []
+    assert [r.output_tokens for r in result.records] == [10] * len(planned)
+    assert sorted(r.prompt_tokens for r in result.records) == sorted(
+        p.prompt_tokens for p in planned
+    )
+    report = build_report(result)
+    assert report["server"]["kind"] == "llama_cpp"
+    assert report["classes"]["chat"]["finished"] == sum(
+        1 for p in planned if p.at_s >= 0.1
+    )
+
+
+async def test_sweep_picks_goodput_over_throughput(
+    start_sim: StartSim, session: aiohttp.ClientSession
+) -> None:
+    """Four sequences move more tokens but break the ITL objective; the sweep recommends one.
+
+    The cost model is exaggerated (20 ms a token alone, 50 ms with four in the batch) so the
+    objective of 35 ms sits far from both, whatever the machine's load.
+    """
+    costs = EngineCosts(fixed_s=0.01, per_prefill_token_s=0.0001, per_decode_seq_s=0.01)
+    sim = await start_sim(SimConfig(speed=1, costs=costs))
+    backend = await connect(session, sim.url)
+    result = await run_sweep(
+        backend,
+        parse_scenario(
+            _scenario(process="closed", concurrency=4) | {"duration_s": 3.0}
+        ),
+        policies=["lanes"],
+        base_settings=SchedulerSettings(),
+        grid={"max_sequences": ["1", "4"]},
+        server=await describe_server(backend, None),
+    )
+    by_setting = {row.overrides["max_sequences"]: row for row in result.rows}
+    assert by_setting["4"].output_tok_s > by_setting["1"].output_tok_s
+    assert by_setting["1"].goodput > by_setting["4"].goodput
+    assert result.best_throughput is by_setting["4"]
+    assert result.best_goodput is by_setting["1"]
+    assert "lanes max_sequences=4 moves the most tokens" in result.explanation
+    assert all(row.frontier for row in result.rows)
+
+
+def test_cli_run_writes_the_reports(tmp_path: Path) -> None:
+    """`scripts/bench run --server sim` writes report.json, csv, md and a plot."""
+    path = tmp_path / "tiny.json"
+    path.write_text(
+        json.dumps(
+            _scenario(process="burst", every_s=0.5, size=2) | {"duration_s": 10.0}
+        )
+    )
+    code = main([
+        "run", "--server", "sim", "--sim-speed", "20", "--scenario", str(path),
+        "--policy", "direct", "--set", "max_sequences=2", "--out", str(tmp_path / "out"),
+    ])  # fmt: skip
+    assert code == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["policy"] == "direct"
+    assert report["settings"]["max_sequences"] == 2
+    assert report["classes"]["chat"]["count"] == 38
+    assert (tmp_path / "out" / "ttft_cdf.png").exists()
+    assert (
+        main(["run", "--server", "sim", "--scenario", "nope", "--out", str(tmp_path)])
+        == 2
+    )
+
+
+async def test_calibrate_recommends_and_skips_impossible_settings(
+    start_sim: StartSim, session: aiohttp.ClientSession
+) -> None:
+    """Settings above the server's slot count are not tried; the answer is plain JSON."""
+    sim = await start_sim(SimConfig(speed=5, slots=2))
+    backend = await connect(session, sim.url)
+    result = await calibrate(
+        backend,
+        SchedulerSettings(),
+        scenario=parse_scenario(_scenario(process="closed", concurrency=2)),
+        grid={"max_sequences": ["1", "16"]},
+        duration_s=1.5,
+        time_scale=5,
+    )
+    assert [row["settings"] for row in result.rows] == [{"max_sequences": "1"}]
+    assert result.recommended_values == {"max_sequences": "1"}
+    assert result.recommended.max_sequences == 1
+    response = result.as_response()
+    assert json.loads(json.dumps(response)) == response
+    assert "nothing to trade" in response["explanation"]

@@ -1,0 +1,151 @@
+"""The decision of what runs next, tested directly on the run queue."""
+
+from __future__ import annotations
+
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.policy import (
+    Admit,
+    Entry,
+    Preempt,
+    RunQueue,
+    ShareLedger,
+)
+from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
+
+
+def entry(
+    seq: int, lane: Lane, requester: str = "a", prompt: int = 10, at: float = 0.0
+) -> Entry:
+    """Build a policy entry."""
+    return Entry(
+        seq=seq, lane=lane, requester=requester, prompt_tokens=prompt, enqueued_at=at
+    )
+
+
+def admit_all(queue: RunQueue, now: float = 0.0) -> list[int]:
+    """Admit and immediately release until the queue is empty; return the order."""
+    order = []
+    while (decision := queue.choose(now)) is not None:
+        assert isinstance(decision, Admit)
+        queue.start(decision.entry)
+        queue.release(decision.entry)
+        order.append(decision.entry.seq)
+    return order
+
+
+def test_fifo_policy_ignores_lanes() -> None:
+    """Under fifo, arrival order wins over lanes."""
+    queue = RunQueue(SchedulerSettings(policy=Policy.FIFO))
+    for seq, lane in enumerate([Lane.BACKGROUND, Lane.VOICE, Lane.AUTOMATION], start=1):
+        queue.push(entry(seq, lane))
+    assert admit_all(queue) == [1, 2, 3]
+
+
+def test_lanes_policy_orders_by_lane() -> None:
+    """Under lanes (no share, no aging), voice first, background last."""
+    queue = RunQueue(SchedulerSettings(background_share=0, aging_s=0))
+    for seq, lane in enumerate([Lane.BACKGROUND, Lane.AUTOMATION, Lane.VOICE], start=1):
+        queue.push(entry(seq, lane))
+    assert admit_all(queue) == [3, 2, 1]
+
+
+def test_vtc_lift_gives_no_credit_for_idling() -> None:
+    """A requester returning after idling starts at the backlog's smallest counter, not at zero."""
+    queue = RunQueue(SchedulerSettings())
+    counters = queue.counters.lane(Lane.AUTOMATION)
+    queue.push(entry(1, Lane.AUTOMATION, "busy"))
+    counters["busy"] = 500.0
+    queue.push(entry(2, Lane.AUTOMATION, "idle"))
+    assert counters["idle"] == 500.0
+    assert queue.counters.total("idle") == 500.0
+
+
+def test_voice_preempts_least_advanced_background_only() -> None:
+    """With every slot taken, voice preempts the background stream with the least output."""
+    queue = RunQueue(SchedulerSettings(max_sequences=3, headroom=0, background_share=0))
+    running = [
+        entry(1, Lane.BACKGROUND),
+        entry(2, Lane.BACKGROUND),
+        entry(3, Lane.INTERACTIVE),
+    ]
+    for item in running:
+        queue.push(item)
+        queue.start(item)
+    running[0].output_tokens = 50
+    running[1].output_tokens = 5
+    running[2].output_tokens = 0
+    queue.push(entry(4, Lane.VOICE))
+    assert queue.choose(0.0) == Preempt(running[1])
+    queue.update_settings(
+        SchedulerSettings(max_sequences=3, headroom=0, preemption=False)
+    )
+    assert queue.choose(0.0) is None
+    queue.push(entry(5, Lane.INTERACTIVE))
+    queue.release(running[0])
+    # A slot is free now: voice is admitted before interactive, nothing is preempted.
+    decision = queue.choose(0.0)
+    assert isinstance(decision, Admit)
+    assert decision.entry.seq == 4
+
+
+def test_voice_does_not_preempt_when_it_would_not_fit_anyway() -> None:
+    """Blocked by the prefill budget that interactive holds, voice preempts nothing."""
+    queue = RunQueue(SchedulerSettings(max_sequences=4, prefill_budget=100, headroom=0))
+    for item in (
+        entry(1, Lane.INTERACTIVE, prompt=90),
+        entry(2, Lane.BACKGROUND, prompt=5),
+    ):
+        queue.push(item)
+        queue.start(item)
+    queue.push(entry(3, Lane.VOICE, prompt=50))
+    assert queue.choose(0.0) is None
+
+
+def test_expiry_uses_the_tighter_of_lane_wait_and_deadline() -> None:
+    """A caller's deadline shortens the wait; settings changes recompute it."""
+    settings = SchedulerSettings().with_lane(Lane.AUTOMATION, max_wait_s=10.0)
+    queue = RunQueue(settings)
+    first = entry(1, Lane.AUTOMATION)
+    second = Entry(
+        seq=2,
+        lane=Lane.AUTOMATION,
+        requester="b",
+        prompt_tokens=1,
+        enqueued_at=0.0,
+        deadline_s=2,
+    )
+    queue.push(first)
+    queue.push(second)
+    assert queue.next_expiry() == 2.0
+    assert queue.pop_expired(2.0) == [second]
+    queue.update_settings(settings.with_lane(Lane.AUTOMATION, max_wait_s=4.0))
+    assert queue.next_expiry() == 4.0
+    assert queue.pop_expired(4.0) == [first]
+    assert queue.waiting == 0
+
+
+def test_share_ledger_window() -> None:
+    """Background falls behind its share only when others were served in the window."""
+    ledger = ShareLedger(10.0)
+    assert not ledger.background_behind(0.0, 0.1)
+    ledger.add(0.0, 100.0, background=False)
+    assert ledger.background_behind(1.0, 0.1)
+    ledger.add(1.0, 20.0, background=True)
+    assert not ledger.background_behind(2.0, 0.1)
+    assert ledger.shares(30.0) == (0.0, 0.0)
+
+
+def test_lazy_structures_stay_bounded() -> None:
+    """Admitted requests do not pile up in the lazily cleaned queues and expiry heap."""
+    queue = RunQueue(SchedulerSettings(max_sequences=1))
+    for seq in range(1, 5001):
+        queue.push(entry(seq, Lane(seq % 4), requester=f"u{seq % 7}", at=float(seq)))
+        decision = queue.choose(float(seq))
+        assert isinstance(decision, Admit)
+        queue.start(decision.entry)
+        queue.release(decision.entry)
+    assert queue.waiting == 0
+    assert len(queue._fifo) == 0
+    assert len(queue._expiry) <= 64
+    assert all(len(lane.arrivals) == 0 for lane in queue._lanes)
+    assert queue.started_total == queue.released_total == 5000

@@ -1,0 +1,194 @@
+"""Throttled scheduler snapshots and the request-finished event, with real requests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from homeassistant.core import HomeAssistant, callback
+import pytest
+from pytest_homeassistant_custom_component.common import (
+    MockConfigEntry,
+    async_capture_events,
+)
+
+from custom_components.llm_lanes.activity import REFRESH_COOLDOWN_S
+from custom_components.llm_lanes.const import EVENT_REQUEST_FINISHED
+from custom_components.llm_lanes.core.bench.simulator import SimConfig
+from custom_components.llm_lanes.core.lanes import Lane
+
+from .test_activity_helpers import (
+    async_flush_snapshots,
+    async_generate,
+    async_wait_for,
+    chat,
+    state_of,
+)
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    """Run a fast simulated llama.cpp server with eight slots."""
+    return SimConfig(slots=8, speed=50)
+
+
+@pytest.fixture
+async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
+    """Set up the simulated server's entry."""
+    return init_integration
+
+
+SECRET_PROMPT = "the door code is 4711"
+
+
+async def test_request_finished_event(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Each finished request fires one event with its figures and no prompt text."""
+    events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
+
+    result = await async_generate(
+        entry, lane=Lane.VOICE, requester="user:abc", text=SECRET_PROMPT
+    )
+    await hass.async_block_till_done()
+
+    assert len(events) == 1
+    data = events[0].data
+    finished = result.finished
+    assert data["config_entry_id"] == entry.entry_id
+    assert data["request_id"] == finished.request_id
+    assert data["lane"] == "voice"
+    assert data["requester"] == "user:abc"
+    assert data["outcome"] == "ok"
+    assert data["error"] is None
+    assert data["ttft_s"] == finished.ttft_s
+    assert data["ttft_s"] is not None and data["ttft_s"] > 0
+    assert data["itl_p95_s"] == finished.itl_p95_s
+    assert data["e2e_s"] == finished.e2e_s
+    assert data["prompt_tokens"] == result.usage.prompt_tokens > 0
+    assert data["output_tokens"] == result.usage.output_tokens > 0
+    assert data["met_ttft"] is finished.met_ttft
+    assert data["met_itl"] is finished.met_itl
+    assert data["met_objectives"] is finished.met_objectives
+    assert data["preemptions"] == 0
+    assert SECRET_PROMPT not in repr(data)
+    assert result.text not in repr(data)
+
+
+async def test_event_for_a_rejected_request(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """A request refused at admission still fires the event, with its outcome and error."""
+    events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
+    scheduler = entry.runtime_data.scheduler
+    too_many = scheduler.settings.lanes[Lane.VOICE].max_output_tokens + 1
+
+    with pytest.raises(Exception) as err:  # noqa: PT011 - the scheduler's typed error
+        await scheduler.generate(
+            chat(max_tokens=too_many), lane=Lane.VOICE, requester="user:abc"
+        )
+    await hass.async_block_till_done()
+
+    assert len(events) == 1
+    assert events[0].data["outcome"] == "rejected"
+    assert events[0].data["error"] == type(err.value).__name__
+    assert events[0].data["met_objectives"] is False
+
+
+async def test_snapshots_are_throttled(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """A burst of finished requests refreshes the entities at most once a second.
+
+    The last refresh, at the end of the cooldown, carries every request of the burst.
+    """
+    activity = entry.runtime_data.activity
+    refreshes: list[float] = []
+
+    @callback
+    def count() -> None:
+        refreshes.append(time.monotonic())
+
+    entry.async_on_unload(activity.async_add_listener(count))
+    events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
+
+    started = time.monotonic()
+    results = await asyncio.gather(
+        *(
+            async_generate(entry, requester="job:burst", text=f"Question {index}")
+            for index in range(6)
+        )
+    )
+    await hass.async_block_till_done()
+    elapsed = time.monotonic() - started
+
+    assert len(events) == 6
+    # Real requests take real time: allow one refresh per started second of the burst.
+    assert 1 <= len(refreshes) <= 1 + int(elapsed / REFRESH_COOLDOWN_S) + 1
+    assert len(refreshes) < len(events) or elapsed >= 5 * REFRESH_COOLDOWN_S
+
+    await async_flush_snapshots(hass)
+
+    snapshot = activity.data
+    assert snapshot.lanes[Lane.AUTOMATION].finished_total == 6
+    tokens = sum(r.usage.prompt_tokens + r.usage.output_tokens for r in results)
+    assert state_of(hass, entry, "sensor", "requester_tokens_job:burst") == str(tokens)
+    # Nothing left to report: further time brings no refresh until the idle timer.
+    before = len(refreshes)
+    await async_flush_snapshots(hass)
+    assert len(refreshes) == before
+
+
+async def test_refreshes_while_a_request_runs(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Queue depth and in-flight sensors move during a long generation, not per token."""
+    scheduler = entry.runtime_data.scheduler
+    activity = entry.runtime_data.activity
+    refreshes: list[int] = []
+    entry.async_on_unload(
+        activity.async_add_listener(lambda: refreshes.append(activity.data.in_flight))
+    )
+    assert state_of(hass, entry, "sensor", "in_flight") == "0"
+
+    stream = scheduler.stream(
+        chat(max_tokens=2000), lane=Lane.INTERACTIVE, requester="user:abc"
+    )
+    tokens = 0
+    async for chunk in stream:
+        tokens += chunk.output_tokens
+        if tokens >= 10:
+            break
+    assert scheduler.snapshot().in_flight == 1
+
+    # The idle timer picks the running request up; from then on the busy timer keeps going.
+    await async_flush_snapshots(hass, seconds=11)
+    assert state_of(hass, entry, "sensor", "in_flight") == "1"
+    await async_flush_snapshots(hass, seconds=2.5)
+    assert refreshes[-2:] == [1, 1]
+
+    async for chunk in stream:
+        tokens += chunk.output_tokens
+        if tokens >= 60:
+            break
+    await stream.aclose()
+    await async_wait_for(lambda: scheduler.snapshot().in_flight == 0)
+    await async_flush_snapshots(hass, seconds=2.5)
+    assert state_of(hass, entry, "sensor", "in_flight") == "0"
+    # Tens of tokens streamed, a handful of refreshes: snapshots are never taken per token.
+    assert len(refreshes) < tokens / 5
+
+
+async def test_unload_stops_refreshing(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """After unload, finished requests neither fire events nor refresh snapshots."""
+    activity = entry.runtime_data.activity
+    assert await hass.config_entries.async_unload(entry.entry_id)
+    await hass.async_block_till_done()
+    events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
+
+    await async_flush_snapshots(hass, seconds=30)
+
+    assert events == []
+    assert activity._unsub_timer is None  # noqa: SLF001 - the timer must be gone

@@ -1,0 +1,349 @@
+"""Config flow, reconfigure flow, options flow and subentry flows, against real HTTP servers."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+import socket
+from typing import Any
+
+from aiohttp import web
+from homeassistant import config_entries
+from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
+from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.llm_lanes.const import (
+    CONF_KIND,
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    CONF_PROMPT,
+    CONF_TEMPERATURE,
+    DOMAIN,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+
+type Routes = dict[str, Callable[[web.Request], Any]]
+
+
+@pytest.fixture
+async def http_server(socket_enabled: None) -> AsyncIterator[Callable[[Routes], Any]]:
+    """Start small real HTTP servers that answer only the given GET routes (404 elsewhere)."""
+    runners: list[web.AppRunner] = []
+
+    async def start(routes: Routes) -> str:
+        app = web.Application()
+        for path, handler in routes.items():
+            app.router.add_get(path, handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        runners.append(runner)
+        port = runner.addresses[0][1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _start_user_flow(hass: HomeAssistant) -> str:
+    result = await hass.config_entries.flow.async_init(
+        DOMAIN, context={"source": config_entries.SOURCE_USER}
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "user"
+    return str(result["flow_id"])
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_user_flow_creates_entry_with_agents(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig
+) -> None:
+    """URL -> detection -> model; the entry gets a conversation agent and an AI Task entity."""
+    flow_id = await _start_user_flow(hass)
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_URL: sim.url + "/"}
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "model"
+    assert result["description_placeholders"]["kind"] == "llama.cpp"
+
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_MODEL: sim_config.model}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["data"] == {
+        CONF_URL: sim.url,
+        CONF_KIND: "llama_cpp",
+        CONF_MODEL: sim_config.model,
+    }
+    entry = result["result"]
+    assert entry.unique_id == f"llama_cpp@127.0.0.1:{sim.port}"
+    assert sorted(s.subentry_type for s in entry.subentries.values()) == [
+        SUBENTRY_AI_TASK,
+        SUBENTRY_CONVERSATION,
+    ]
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_user_flow_keeps_api_key(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig
+) -> None:
+    """An API key given in the form is stored with the entry (stripped)."""
+    flow_id = await _start_user_flow(hass)
+    await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_URL: sim.url, CONF_API_KEY: " secret "}
+    )
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_MODEL: sim_config.model}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["data"][CONF_API_KEY] == "secret"
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_user_flow_errors_then_recovers(
+    hass: HomeAssistant,
+    sim: SimulatedServer,
+    sim_config: SimConfig,
+    http_server: Callable[[Routes], Any],
+) -> None:
+    """Each failure shows its error in the form; a good URL then goes through."""
+
+    async def refuse(_request: web.Request) -> web.Response:
+        return web.json_response({"error": "invalid api key"}, status=401)
+
+    async def version(_request: web.Request) -> web.Response:
+        return web.json_response({"version": "0.12.6"})
+
+    async def no_tags(_request: web.Request) -> web.Response:
+        return web.json_response({"models": []})
+
+    async def router_page(_request: web.Request) -> web.Response:
+        return web.Response(text="<html>router</html>")
+
+    unsupported = await http_server({"/": router_page})
+    auth = await http_server(
+        {"/api/version": refuse, "/props": refuse, "/v1/models": refuse}
+    )
+    empty = await http_server(
+        {"/api/version": version, "/api/tags": no_tags, "/api/ps": no_tags}
+    )
+
+    flow_id = await _start_user_flow(hass)
+    cases = [
+        ({CONF_URL: "not a url"}, {CONF_URL: "invalid_url"}),
+        ({CONF_URL: "ftp://example.org"}, {CONF_URL: "invalid_url"}),
+        ({CONF_URL: "http://[broken"}, {CONF_URL: "invalid_url"}),
+        ({CONF_URL: f"http://127.0.0.1:{_closed_port()}"}, {"base": "cannot_connect"}),
+        ({CONF_URL: unsupported}, {"base": "unsupported_server"}),
+        ({CONF_URL: auth, CONF_API_KEY: "wrong"}, {"base": "invalid_auth"}),
+        ({CONF_URL: empty}, {"base": "no_models"}),
+    ]
+    for user_input, errors in cases:
+        result = await hass.config_entries.flow.async_configure(flow_id, user_input)
+        assert result["type"] is FlowResultType.FORM, user_input
+        assert result["errors"] == errors, user_input
+
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_URL: sim.url}
+    )
+    assert result["step_id"] == "model"
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_MODEL: sim_config.model}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_same_server_aborts(
+    hass: HomeAssistant, mock_config_entry: MockConfigEntry, sim: SimulatedServer
+) -> None:
+    """The unique id comes from the server: a second entry for it aborts."""
+    mock_config_entry.add_to_hass(hass)
+    flow_id = await _start_user_flow(hass)
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_URL: sim.url}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "already_configured"
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_reconfigure(
+    hass: HomeAssistant,
+    mock_config_entry: MockConfigEntry,
+    sim: SimulatedServer,
+    http_server: Callable[[Routes], Any],
+) -> None:
+    """Reconfigure keeps the server, changes the key; another server or a bad URL is refused."""
+    mock_config_entry.add_to_hass(hass)
+    result = await mock_config_entry.start_reconfigure_flow(hass)
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "reconfigure"
+
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: "nope"}
+    )
+    assert result["errors"] == {CONF_URL: "invalid_url"}
+
+    async with SimulatedServer(SimConfig(slots=1)) as other:
+        result = await hass.config_entries.flow.async_configure(
+            result["flow_id"], {CONF_URL: other.url}
+        )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "wrong_server"
+
+    result = await mock_config_entry.start_reconfigure_flow(hass)
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: sim.url, CONF_API_KEY: "k"}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "reconfigure_successful"
+    assert mock_config_entry.data[CONF_API_KEY] == "k"
+
+    result = await mock_config_entry.start_reconfigure_flow(hass)
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: sim.url}
+    )
+    assert result["reason"] == "reconfigure_successful"
+    assert CONF_API_KEY not in mock_config_entry.data
+
+
+async def test_options_flow(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
+    """Every scheduler setting is offered; the result is stored and applied without reload."""
+    entry = init_integration
+    scheduler = entry.runtime_data.scheduler
+    result = await hass.config_entries.options.async_init(entry.entry_id)
+    assert result["type"] is FlowResultType.FORM
+    schema_keys = {str(key) for key in result["data_schema"].schema}
+    assert {
+        "max_sequences",
+        "prefill_budget",
+        "headroom",
+        "aging_s",
+        "background_share",
+        "preemption",
+        "background_paused",
+        "quota_tokens_per_day",
+        "requester_quotas",
+        "quota_action",
+        "policy",
+        "nightly_start",
+        "nightly_end",
+        "voice",
+        "interactive",
+        "automation",
+        "background",
+    } <= schema_keys
+
+    user_input = {
+        "policy": "fifo",
+        "max_sequences": 3,
+        "prefill_budget": 2048,
+        "headroom": 1,
+        "aging_s": 20,
+        "background_share": 0.2,
+        "preemption": False,
+        "background_paused": True,
+        "quota_tokens_per_day": 1000,
+        "requester_quotas": "bad line",
+        "quota_action": "reject",
+        "nightly_start": "02:00:00",
+        "nightly_end": "05:00:00",
+        "voice": {
+            "ttft_slo_s": 0.4,
+            "itl_slo_s": 0.08,
+            "max_output_tokens": 300,
+            "max_queued": 5,
+        },
+    }
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], user_input
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["errors"] == {"requester_quotas": "invalid_quotas"}
+
+    user_input["requester_quotas"] = "user:abc=500"
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], user_input
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    await hass.async_block_till_done()
+    assert entry.options["max_sequences"] == 3
+    assert entry.options["voice"]["max_queued"] == 5
+    assert entry.runtime_data.scheduler is scheduler  # applied live, no reload
+    settings = scheduler.settings
+    assert settings.max_sequences == 3
+    assert settings.policy.value == "fifo"
+    assert settings.background_paused is True
+    assert settings.requester_quotas == {"user:abc": 500}
+    assert settings.lanes[0].ttft_slo_s == 0.4
+
+
+async def test_subentry_flows(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
+    """Agents and AI Task entities are added and reconfigured; the entry reloads for them."""
+    entry = init_integration
+    result = await hass.config_entries.subentries.async_init(
+        (entry.entry_id, SUBENTRY_CONVERSATION),
+        context={"source": config_entries.SOURCE_USER},
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "user"
+    result = await hass.config_entries.subentries.async_configure(
+        result["flow_id"],
+        {
+            CONF_NAME: "Second agent",
+            CONF_MODEL: entry.data[CONF_MODEL],
+            CONF_PROMPT: "Be brief.",
+            CONF_LLM_HASS_API: ["assist"],
+            CONF_TEMPERATURE: 0.2,
+        },
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    await hass.async_block_till_done()
+    titles = {s.title for s in entry.subentries.values()}
+    assert "Second agent" in titles
+    names = {state.name for state in hass.states.async_all("conversation")}
+    assert names == {"Home Assistant", "Sim agent", "Second agent"}, names
+
+    subentry = next(
+        s for s in entry.subentries.values() if s.subentry_type == SUBENTRY_AI_TASK
+    )
+    result = await entry.start_subentry_reconfigure_flow(hass, subentry.subentry_id)
+    assert result["step_id"] == "reconfigure"
+    result = await hass.config_entries.subentries.async_configure(
+        result["flow_id"], {CONF_MODEL: entry.data[CONF_MODEL], CONF_TEMPERATURE: 0.1}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "reconfigure_successful"
+    assert entry.subentries[subentry.subentry_id].data[CONF_TEMPERATURE] == 0.1
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_subentry_flow_needs_loaded_entry(
+    hass: HomeAssistant, mock_config_entry: MockConfigEntry
+) -> None:
+    """Adding an agent to a server that is not loaded aborts."""
+    mock_config_entry.add_to_hass(hass)
+    result = await hass.config_entries.subentries.async_init(
+        (mock_config_entry.entry_id, SUBENTRY_AI_TASK),
+        context={"source": config_entries.SOURCE_USER},
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "entry_not_loaded"

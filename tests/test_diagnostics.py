@@ -1,0 +1,45 @@
+"""Diagnostics: settings, server and scheduler state; no API key, no prompt text."""
+
+from __future__ import annotations
+
+import json
+
+from homeassistant.const import CONF_API_KEY
+from homeassistant.core import HomeAssistant
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.llm_lanes.const import CONF_PROMPT, DOMAIN
+from custom_components.llm_lanes.diagnostics import async_get_config_entry_diagnostics
+
+
+async def test_diagnostics_redact_secrets_and_prompts(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
+    """The API key and the agents' instructions are redacted; prompts never appear."""
+    entry = init_integration
+    hass.config_entries.async_update_entry(
+        entry, data={**entry.data, CONF_API_KEY: "sk-secret"}
+    )
+    subentry = next(iter(entry.subentries.values()))
+    hass.config_entries.async_update_subentry(
+        entry, subentry, data={**subentry.data, CONF_PROMPT: "You are a secret butler"}
+    )
+    await hass.async_block_till_done()
+    await hass.services.async_call(
+        DOMAIN,
+        "generate",
+        {"config_entry_id": entry.entry_id, "prompt": "my private question"},
+        blocking=True,
+        return_response=True,
+    )
+    diagnostics = await async_get_config_entry_diagnostics(hass, entry)
+    text = json.dumps(diagnostics)
+    assert "sk-secret" not in text
+    assert "secret butler" not in text
+    assert "private question" not in text
+    assert diagnostics["entry"]["data"][CONF_API_KEY] == "**REDACTED**"
+    assert diagnostics["server"]["last_update_success"] is True
+    assert diagnostics["server"]["state"]["info"]["kind"] == "llama_cpp"
+    lanes = diagnostics["scheduler"]["lanes"]
+    assert lanes["automation"]["finished_total"] == 1
+    assert diagnostics["scheduler"]["settings"]["policy"] == "lanes"

@@ -1,0 +1,410 @@
+"""The job manager: window, budget, back-off, rate, retries, restart, cancel, delivery, store."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from freezegun.api import FrozenDateTimeFactory
+from homeassistant.core import HomeAssistant
+import pytest
+from pytest_homeassistant_custom_component.common import (
+    async_capture_events,
+    async_mock_service,
+)
+
+from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.job_history import text_prompt
+from custom_components.llm_lanes.job_store import JobStatus, WaitReason, storage_key
+from custom_components.llm_lanes.jobs import (
+    EVENT_SUMMARY_READY,
+    JobManager,
+    JobSettings,
+    JobSpec,
+)
+
+from .test_jobs_helpers import (
+    ANSWER,
+    ENTRY_ID,
+    MODEL,
+    LoadedScheduler,
+    local_time,
+    move_to,
+    settings,
+)
+
+ANSWER_TEXT = "".join(ANSWER)
+
+
+def spec(name: str = "daily", **changes: Any) -> JobSpec:
+    """Return a job that summarizes a short text."""
+    return JobSpec(
+        prompt=text_prompt("The door opened twice.", None, 16384), name=name, **changes
+    )
+
+
+async def start_manager(
+    hass: HomeAssistant,
+    scheduler: LoadedScheduler,
+    job_settings: JobSettings | None = None,
+) -> JobManager:
+    """Start a job manager of the test entry."""
+    manager = JobManager(
+        hass, ENTRY_ID, scheduler, model=MODEL, settings=job_settings or settings()
+    )
+    await manager.async_start()
+    return manager
+
+
+@pytest.fixture
+def scheduler() -> LoadedScheduler:
+    """Return a quiet scheduler."""
+    return LoadedScheduler()
+
+
+async def test_job_waits_for_the_window_then_runs(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """A job queued in the afternoon waits until 01:00, then runs in the background lane."""
+    freezer.move_to(local_time(29, 14))
+    events = async_capture_events(hass, EVENT_SUMMARY_READY)
+    manager = await start_manager(hass, scheduler)
+
+    job = await manager.async_submit(spec())
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.status is JobStatus.QUEUED
+    assert job.wait_reason is WaitReason.OUTSIDE_WINDOW
+    assert scheduler.calls == []
+
+    await move_to(hass, freezer, local_time(30, 0, 59, 50))
+    assert job.status is JobStatus.QUEUED
+
+    await move_to(hass, freezer, local_time(30, 1, 0, 5))
+    assert job.status is JobStatus.DONE
+    assert job.text == ANSWER_TEXT
+    [call] = scheduler.calls
+    assert call.lane is Lane.BACKGROUND
+    assert call.requester == "job:daily"
+    assert call.request.model == MODEL
+    [event] = events
+    assert event.data["job_id"] == job.id
+    assert event.data["text"] == ANSWER_TEXT
+    assert event.data["output_tokens"] == len(ANSWER)
+    assert event.data["prompt_tokens"] == job.prompt_tokens > 0
+    assert event.data["wait_s"] == pytest.approx(11 * 3600 + 5, abs=1)
+    assert manager.done_tonight == 1
+    assert manager.tokens_tonight == job.prompt_tokens + job.output_tokens
+    await manager.async_stop()
+
+
+async def test_run_now_skips_the_window(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """``run_now`` runs at once in the afternoon; the caller can wait for the text."""
+    freezer.move_to(local_time(29, 14))
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(spec(run_now=True))
+    finished = await manager.async_wait(job.id, 5)
+    assert finished.status is JobStatus.DONE
+    assert finished.text == ANSWER_TEXT
+    await manager.async_stop()
+
+
+async def test_budget_spent_defers_to_the_next_night(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """Once the night's budget is spent, the other jobs wait for the next night and say so."""
+    freezer.move_to(local_time(30, 1, 30))
+    manager = await start_manager(hass, scheduler, settings(nightly_token_budget=20))
+    first = await manager.async_submit(spec("first"))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert first.status is JobStatus.DONE
+    assert manager.tokens_tonight >= 20
+    assert manager.budget_spent
+
+    second = await manager.async_submit(spec("second"))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert second.status is JobStatus.QUEUED
+    assert second.wait_reason is WaitReason.BUDGET_SPENT
+
+    await move_to(hass, freezer, local_time(30, 5, 59))
+    assert second.wait_reason is WaitReason.BUDGET_SPENT
+    await move_to(hass, freezer, local_time(30, 14))
+    assert second.wait_reason is WaitReason.OUTSIDE_WINDOW
+    assert manager.done_tonight == 1
+
+    await move_to(hass, freezer, local_time(1, 1, 0, 10).replace(month=12))
+    assert second.status is JobStatus.DONE
+    assert manager.done_tonight == 1
+    assert manager.tokens_tonight == second.prompt_tokens + second.output_tokens
+    await manager.async_stop()
+
+
+async def test_backs_off_while_voice_streams(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """No job starts while a voice request streams; it starts when voice is done."""
+    freezer.move_to(local_time(30, 2))
+    scheduler.voice_in_flight = 1
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(spec())
+    await move_to(hass, freezer, local_time(30, 2, 1))
+    assert job.status is JobStatus.QUEUED
+    assert job.wait_reason is WaitReason.HOUSE_BUSY
+    assert scheduler.calls == []
+
+    scheduler.voice_finished()
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.status is JobStatus.DONE
+    await manager.async_stop()
+
+
+async def test_backs_off_while_goodput_is_below_objective(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """Jobs hold back while voice goodput over the last minute misses its objective."""
+    freezer.move_to(local_time(30, 2))
+    scheduler.voice_goodput = 0.5
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(spec())
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.wait_reason is WaitReason.HOUSE_BUSY
+
+    scheduler.voice_goodput = 1.0
+    await move_to(hass, freezer, local_time(30, 2, 1))
+    assert job.status is JobStatus.DONE
+    await manager.async_stop()
+
+
+async def test_token_rate_limit(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """A job that overdraws the token bucket holds the next one back until it refills."""
+    freezer.move_to(local_time(30, 2))
+    manager = await start_manager(hass, scheduler, settings(tokens_per_minute=30))
+    first = await manager.async_submit(spec("first"))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    used = first.prompt_tokens + first.output_tokens
+    assert used > 30
+
+    second = await manager.async_submit(spec("second"))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert second.wait_reason is WaitReason.RATE_LIMIT
+    # The debt (used - 30 tokens) is paid back at 30 tokens a minute.
+    await move_to(hass, freezer, local_time(30, 2, 0, 20))
+    assert second.status is JobStatus.QUEUED
+    minutes = (used - 30) / 30
+    await move_to(hass, freezer, local_time(30, 2, int(minutes) + 1, 10))
+    assert second.status is JobStatus.DONE
+    await manager.async_stop()
+
+
+async def test_server_errors_retry_with_back_off_then_fail(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """A busy server is retried after 1 then 2 minutes; the third failure fails the job."""
+    freezer.move_to(local_time(30, 2))
+    scheduler.failures = [ServerBusyError("busy", status=503) for _ in range(3)]
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(spec())
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.status is JobStatus.QUEUED
+    assert job.attempts == 1
+    assert job.wait_reason is WaitReason.RETRY_BACKOFF
+    assert job.last_error is not None and "ServerBusyError" in job.last_error
+
+    await move_to(hass, freezer, local_time(30, 2, 0, 50))
+    assert job.attempts == 1
+    await move_to(hass, freezer, local_time(30, 2, 1, 5))
+    assert job.attempts == 2
+    await move_to(hass, freezer, local_time(30, 2, 3, 15))
+    assert job.attempts == 3
+    assert job.status is JobStatus.FAILED
+    assert "busy" in (job.last_error or "")
+    await manager.async_stop()
+
+
+async def test_limit_errors_fail_at_once(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """An error another attempt would meet again fails the job on the first attempt."""
+    freezer.move_to(local_time(30, 2))
+    scheduler.failures = [
+        LimitExceededError(
+            lane="background", limit="max_tokens", value=9e3, maximum=4096
+        )
+    ]
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(spec())
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.status is JobStatus.FAILED
+    assert job.attempts == 1
+    await manager.async_stop()
+
+
+async def test_interrupted_job_completes_exactly_once_after_restart(
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    hass_storage: dict[str, Any],
+) -> None:
+    """A job stopped mid-stream by an unload is stored as interrupted and runs once after reload."""
+    freezer.move_to(local_time(30, 2))
+    events = async_capture_events(hass, EVENT_SUMMARY_READY)
+    scheduler.hold = asyncio.Event()
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(spec())
+    await hass.async_block_till_done()
+    assert job.status is JobStatus.RUNNING
+
+    await manager.async_stop()
+    [first_call] = scheduler.calls
+    assert first_call.closed
+    [stored] = hass_storage[storage_key(ENTRY_ID)]["data"]["jobs"]
+    assert stored["status"] == "queued"
+    assert stored["interrupted"] is True
+    assert stored["attempts"] == 1
+
+    scheduler.hold = None
+    reloaded = await start_manager(hass, scheduler)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    again = reloaded.get(job.id)
+    assert again.status is JobStatus.DONE
+    assert again.attempts == 2
+    assert len(scheduler.calls) == 2
+    assert len(events) == 1
+    await reloaded.async_stop()
+
+    third = await start_manager(hass, scheduler)
+    await move_to(hass, freezer, local_time(30, 2, 5))
+    assert third.get(job.id).status is JobStatus.DONE
+    assert len(scheduler.calls) == 2
+    assert len(events) == 1
+    await third.async_stop()
+
+
+async def test_job_left_running_by_a_crash_runs_again(
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    hass_storage: dict[str, Any],
+) -> None:
+    """A job stored as running (no clean stop) is queued again on load; old versions migrate."""
+    freezer.move_to(local_time(30, 2))
+    job = spec()
+    hass_storage[storage_key(ENTRY_ID)] = {
+        "version": 1,
+        "minor_version": 1,
+        "key": storage_key(ENTRY_ID),
+        "data": {
+            "jobs": [
+                {
+                    "id": "abc",
+                    "name": "old",
+                    "requester": "job:old",
+                    "created_at": local_time(29, 23).isoformat(),
+                    "system_prompt": job.prompt.system,
+                    "prompt": job.prompt.user,
+                    "prompt_tokens_estimate": 20,
+                    "max_output_tokens": None,
+                    "state": "running",
+                },
+                {
+                    "id": "def",
+                    "name": "finished",
+                    "requester": "job:finished",
+                    "created_at": local_time(29, 22).isoformat(),
+                    "finished_at": local_time(29, 22, 5).isoformat(),
+                    "prompt": job.prompt.user,
+                    "state": "done",
+                    "text": "Earlier.",
+                },
+            ]
+        },
+    }
+    manager = await start_manager(hass, scheduler)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert manager.get("abc").status is JobStatus.DONE
+    assert manager.get("def").text == "Earlier."
+    assert [call.requester for call in scheduler.calls] == ["job:old"]
+    await manager.async_stop()
+    assert hass_storage[storage_key(ENTRY_ID)]["minor_version"] == 2
+
+
+async def test_cancel_queued_and_running_jobs(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """Cancel drops a queued job, and stops a running one (its stream is closed)."""
+    freezer.move_to(local_time(30, 2))
+    scheduler.hold = asyncio.Event()
+    manager = await start_manager(hass, scheduler)
+    running = await manager.async_submit(spec("running"))
+    queued = await manager.async_submit(spec("queued"))
+    await hass.async_block_till_done()
+    assert running.status is JobStatus.RUNNING
+    assert queued.wait_reason is WaitReason.IN_FLIGHT_LIMIT
+
+    await manager.async_cancel(queued.id)
+    assert queued.status is JobStatus.CANCELLED
+    await manager.async_cancel(running.id)
+    assert running.status is JobStatus.CANCELLED
+    assert scheduler.calls[0].closed
+    assert len(scheduler.calls) == 1
+    await manager.async_stop()
+
+
+async def test_notify_and_persistent_notification(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """A finished job is sent to its notify service and shown as a persistent notification."""
+    freezer.move_to(local_time(30, 2))
+    sent = async_mock_service(hass, "notify", "family_phone")
+    manager = await start_manager(hass, scheduler)
+    job = await manager.async_submit(
+        spec(
+            "evening", notify_target="notify.family_phone", persistent_notification=True
+        )
+    )
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.status is JobStatus.DONE
+    [call] = sent
+    assert call.data == {"title": "evening", "message": ANSWER_TEXT}
+    notifications = hass.data["persistent_notification"]
+    assert notifications[f"llm_lanes_job_{job.id}"]["message"] == ANSWER_TEXT
+    await manager.async_stop()
+
+
+async def test_retention_forgets_old_finished_jobs(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """Finished jobs are kept for the retention period, then forgotten."""
+    freezer.move_to(local_time(20, 2))
+    manager = await start_manager(hass, scheduler, settings(retention_days=2))
+    job = await manager.async_submit(spec())
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert job.status is JobStatus.DONE
+    await move_to(hass, freezer, local_time(21, 2, 5))
+    assert manager.jobs() == [job]
+    await move_to(hass, freezer, local_time(22, 2, 5))
+    assert manager.jobs() == []
+    await manager.async_stop()
+
+
+async def test_cancel_and_stop_before_the_first_step(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+) -> None:
+    """A job cancelled (or stopped) before its task ran a step still ends in the right state."""
+    freezer.move_to(local_time(30, 2))
+    manager = await start_manager(hass, scheduler)
+    cancelled = await manager.async_submit(spec("cancelled"))
+    assert cancelled.status is JobStatus.RUNNING
+    await manager.async_cancel(cancelled.id)
+    assert cancelled.status is JobStatus.CANCELLED
+
+    stopped = await manager.async_submit(spec("stopped"))
+    assert stopped.status is JobStatus.RUNNING
+    await manager.async_stop()
+    assert stopped.status is JobStatus.QUEUED
+    assert stopped.interrupted
+    assert scheduler.calls == []

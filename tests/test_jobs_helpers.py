@@ -1,0 +1,220 @@
+"""Helpers for the job tests: a scheduler whose load and streams the test controls, clock moves.
+
+Not a test module itself. ``LoadedScheduler`` implements the ``JobScheduler`` protocol the job
+manager depends on; it lets a test say "a voice request is streaming now" or "hold this job's
+stream half-way" without timing. Its snapshots are the engine's real snapshot types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from freezegun.api import FrozenDateTimeFactory
+from homeassistant.core import HomeAssistant
+from homeassistant.util import dt as dt_util
+from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+from custom_components.llm_lanes.core.backends.base import (
+    ChatRequest,
+    StreamChunk,
+    TokenUsage,
+)
+from custom_components.llm_lanes.core.errors import SchedulerClosedError
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import (
+    FinishedRequest,
+    LaneSnapshot,
+    SchedulerSnapshot,
+)
+from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
+from custom_components.llm_lanes.jobs import JobSettings
+
+ENTRY_ID = "01JOBSTESTENTRY00000000000"
+MODEL = "sim-llama-8b"
+ANSWER = ("The ", "house ", "was ", "quiet.")
+
+
+@dataclass(slots=True)
+class StreamCall:
+    """One request a job sent."""
+
+    request: ChatRequest
+    lane: Lane
+    requester: str
+    closed: bool = False
+    completed: bool = False
+
+
+@dataclass
+class LoadedScheduler:
+    """A scheduler stand-in whose voice load, failures and stream pace the test sets."""
+
+    settings: SchedulerSettings = field(default_factory=SchedulerSettings)
+    voice_in_flight: int = 0
+    interactive_queued: int = 0
+    voice_goodput: float | None = None
+    failures: list[Exception] = field(default_factory=list)
+    """Raised by the next streams, one each, before any chunk."""
+    hold: asyncio.Event | None = None
+    """When set, every stream stops after its first chunk until the event is set."""
+    calls: list[StreamCall] = field(default_factory=list)
+    listeners: list[Callable[[FinishedRequest], None]] = field(default_factory=list)
+    closed: bool = False
+
+    def snapshot(self) -> SchedulerSnapshot:
+        """Return the load the test set, as real snapshot objects."""
+        lanes = {
+            lane: _lane_snapshot(
+                lane,
+                queue_depth=self.interactive_queued if lane is Lane.INTERACTIVE else 0,
+                in_flight=(
+                    self.voice_in_flight
+                    if lane is Lane.VOICE
+                    else sum(
+                        not c.closed and not c.completed
+                        for c in self.calls
+                        if c.lane is lane
+                    )
+                ),
+                goodput=self.voice_goodput if lane is Lane.VOICE else None,
+            )
+            for lane in Lane
+        }
+        return SchedulerSnapshot(
+            taken_at=0.0,
+            settings=self.settings,
+            lanes=lanes,
+            requesters={},
+            queue_depth=sum(s.queue_depth for s in lanes.values()),
+            in_flight=sum(s.in_flight for s in lanes.values()),
+            prompt_tokens_in_flight=0,
+            output_tok_s=0.0,
+            prompt_tok_s=0.0,
+            goodput=None,
+            rejected_total=0,
+            preemptions_total=0,
+            window_s=60.0,
+        )
+
+    async def stream(
+        self,
+        chat_request: ChatRequest,
+        *,
+        lane: Lane,
+        requester: str,
+        prompt_tokens: int | None = None,
+        deadline_s: float | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        """Stream a fixed answer; usage counts come from the engine's estimate."""
+        if self.closed:
+            raise SchedulerClosedError
+        call = StreamCall(chat_request, lane, requester)
+        self.calls.append(call)
+        try:
+            if self.failures:
+                raise self.failures.pop(0)
+            yield StreamChunk(text=ANSWER[0], output_tokens=1)
+            if self.hold is not None:
+                await self.hold.wait()
+            for piece in ANSWER[1:]:
+                yield StreamChunk(text=piece, output_tokens=1)
+            call.completed = True
+            yield StreamChunk(
+                done=True,
+                finish_reason="stop",
+                usage=TokenUsage(
+                    estimate_prompt_tokens(chat_request), len(ANSWER), "server"
+                ),
+            )
+        finally:
+            if not call.completed:
+                call.closed = True
+
+    def add_listener(
+        self, callback: Callable[[FinishedRequest], None]
+    ) -> Callable[[], None]:
+        """Register a finished-request listener."""
+        self.listeners.append(callback)
+        return lambda: self.listeners.remove(callback)
+
+    def voice_finished(self) -> None:
+        """Say that the voice request finished (as the scheduler would tell listeners)."""
+        self.voice_in_flight = 0
+        finished = FinishedRequest(
+            request_id="voice-1",
+            lane=Lane.VOICE,
+            requester="satellite.kitchen",
+            outcome="ok",
+            error=None,
+            queue_wait_s=0.0,
+            ttft_s=0.1,
+            itl_p95_s=0.02,
+            itl_max_s=0.03,
+            e2e_s=0.5,
+            prompt_tokens=50,
+            output_tokens=20,
+            token_source="server",
+            preemptions=0,
+            met_ttft=True,
+            met_itl=True,
+        )
+        for listener in list(self.listeners):
+            listener(finished)
+
+
+def _lane_snapshot(
+    lane: Lane, *, queue_depth: int, in_flight: int, goodput: float | None
+) -> LaneSnapshot:
+    return LaneSnapshot(
+        lane=lane,
+        queue_depth=queue_depth,
+        in_flight=in_flight,
+        finished_in_window=0,
+        finished_total=0,
+        rejected_total=0,
+        preemptions_total=0,
+        ttft_p50_s=None,
+        ttft_p90_s=None,
+        ttft_p95_s=None,
+        ttft_p99_s=None,
+        itl_p50_s=None,
+        itl_p95_s=None,
+        itl_p99_s=None,
+        e2e_p50_s=None,
+        e2e_p95_s=None,
+        queue_wait_p50_s=None,
+        queue_wait_p95_s=None,
+        goodput=goodput,
+        good_per_s=0.0,
+        prompt_tokens_total=0,
+        output_tokens_total=0,
+    )
+
+
+def local_time(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
+    """Return a local wall-clock time in November 2026 (Home Assistant's configured time zone)."""
+    return datetime(
+        2026, 11, day, hour, minute, second, tzinfo=dt_util.get_default_time_zone()
+    )
+
+
+async def move_to(
+    hass: HomeAssistant, freezer: FrozenDateTimeFactory, when: datetime
+) -> None:
+    """Move the clock and fire the timers that were due, then let the jobs run."""
+    freezer.move_to(when)
+    async_fire_time_changed(hass, when)
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
+def settings(**changes: Any) -> JobSettings:
+    """Job settings for tests: the default window (01:00-06:00) unless changed."""
+    return replace(JobSettings(), **changes)
+
+
+ONE_MINUTE = timedelta(minutes=1)

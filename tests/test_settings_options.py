@@ -1,0 +1,90 @@
+"""Options become scheduler settings in one place."""
+
+from __future__ import annotations
+
+import pytest
+
+from custom_components.llm_lanes.const import (
+    OPT_BACKGROUND_PAUSED,
+    OPT_BACKGROUND_SHARE,
+    OPT_HEADROOM,
+    OPT_MAX_SEQUENCES,
+    OPT_POLICY,
+    OPT_QUOTA_ACTION,
+    OPT_REQUESTER_QUOTAS,
+)
+from custom_components.llm_lanes.core.lanes import DEFAULT_LANE_LIMITS, Lane
+from custom_components.llm_lanes.core.settings import (
+    Policy,
+    QuotaAction,
+    SchedulerSettings,
+)
+from custom_components.llm_lanes.settings_options import (
+    DEFAULT_SLOTS,
+    parse_requester_quotas,
+    settings_from_options,
+)
+
+
+def test_defaults_follow_the_server_slots() -> None:
+    """With no options, settings are the engine's defaults with the server's slot count."""
+    settings = settings_from_options({}, 8)
+    assert settings.max_sequences == 8
+    assert settings.policy is Policy.LANES
+    assert settings.lanes == DEFAULT_LANE_LIMITS
+    assert settings_from_options({}, None).max_sequences == DEFAULT_SLOTS
+
+
+def test_options_override_everything() -> None:
+    """Each option lands in its setting; lane sections change their lane only."""
+    settings = settings_from_options(
+        {
+            OPT_POLICY: "fifo",
+            OPT_MAX_SEQUENCES: 2.0,
+            OPT_BACKGROUND_SHARE: 0.25,
+            OPT_BACKGROUND_PAUSED: True,
+            OPT_QUOTA_ACTION: "reject",
+            OPT_REQUESTER_QUOTAS: "user:a=100\nautomation:automation.x = 5",
+            "voice": {"ttft_slo_s": 0.3, "max_queued": 4.0},
+        },
+        8,
+    )
+    assert settings.policy is Policy.FIFO
+    assert settings.max_sequences == 2
+    assert settings.background_share == 0.25
+    assert settings.background_paused is True
+    assert settings.quota_action is QuotaAction.REJECT
+    assert settings.requester_quotas == {"user:a": 100, "automation:automation.x": 5}
+    assert settings.lanes[Lane.VOICE].ttft_slo_s == 0.3
+    assert settings.lanes[Lane.VOICE].max_queued == 4
+    assert isinstance(settings.lanes[Lane.VOICE].max_queued, int)
+    assert settings.lanes[Lane.BACKGROUND] == DEFAULT_LANE_LIMITS[Lane.BACKGROUND]
+
+
+def test_headroom_stays_below_max_sequences() -> None:
+    """Headroom never takes every slot, so automations can always run."""
+    assert (
+        settings_from_options({OPT_MAX_SEQUENCES: 2, OPT_HEADROOM: 5}, None).headroom
+        == 1
+    )
+    assert settings_from_options({OPT_MAX_SEQUENCES: 1}, None).headroom == 0
+
+
+def test_default_output_tokens_capped_by_max() -> None:
+    """Lowering a lane's max output tokens lowers its default too."""
+    settings = settings_from_options({"voice": {"max_output_tokens": 64}}, None)
+    assert settings.lanes[Lane.VOICE].default_output_tokens == 64
+    assert settings.lanes[Lane.VOICE].max_output_tokens == 64
+
+
+@pytest.mark.parametrize("text", ["user:a", "=5", "user:a=x", "user:a=-1"])
+def test_bad_quota_lines_raise(text: str) -> None:
+    """Malformed quota pairs are refused."""
+    with pytest.raises(ValueError):
+        parse_requester_quotas(text)
+
+
+def test_quota_separators() -> None:
+    """Pairs may be separated by commas or new lines; blanks are ignored."""
+    assert parse_requester_quotas("a=1, b=2\n\n") == {"a": 1, "b": 2}
+    assert SchedulerSettings().requester_quotas == {}

@@ -8,15 +8,25 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from custom_components.llm_lanes.core.backends.detect import connect
-from custom_components.llm_lanes.core.bench.__main__ import main
+from custom_components.llm_lanes.core.bench.__main__ import (
+    compare,
+    comparison_markdown,
+    main,
+)
 from custom_components.llm_lanes.core.bench.calibrate import calibrate
 from custom_components.llm_lanes.core.bench.report import build_report
 from custom_components.llm_lanes.core.bench.runner import describe_server, run_scenario
 from custom_components.llm_lanes.core.bench.sim_engine import EngineCosts
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
-from custom_components.llm_lanes.core.bench.sweep import run_sweep
+from custom_components.llm_lanes.core.bench.sweep import (
+    SweepRow,
+    mark_frontier,
+    pick,
+    run_sweep,
+)
 from custom_components.llm_lanes.core.bench.workload import (
     parse_scenario,
     plan_open_requests,
@@ -145,3 +155,55 @@ async def test_calibrate_recommends_and_skips_impossible_settings(
     response = result.as_response()
     assert json.loads(json.dumps(response)) == response
     assert "nothing to trade" in response["explanation"]
+
+
+def test_compare_gives_ratios_against_idle_and_direct() -> None:
+    """The comparison divides each policy's figures by the idle run's and by direct's."""
+
+    def report(
+        voice_ttft: float, voice_itl: float, bg_tok_s: float | None
+    ) -> dict[str, Any]:
+        classes: dict[str, Any] = {
+            "voice": {"ttft_p95": voice_ttft, "itl_p95": voice_itl, "output_tok_s": 1.0}
+        }
+        if bg_tok_s is not None:
+            classes["bg"] = {"ttft_p95": 1.0, "itl_p95": 0.02, "output_tok_s": bg_tok_s}
+        return {"output_tok_s": 100.0, "goodput": 0.5, "classes": classes}
+
+    comparison = compare(
+        [
+            ("idle", report(0.04, 0.010, None)),
+            ("direct", report(3.0, 0.015, 200.0)),
+            ("lanes", report(0.06, 0.014, 180.0)),
+        ],
+        {"voice"},
+    )
+    lanes = comparison["runs"]["lanes"]
+    assert lanes["voice"]["ttft_p95_vs_idle"] == pytest.approx(1.5)
+    assert lanes["voice"]["itl_p95_vs_idle"] == pytest.approx(1.4)
+    assert lanes["bg"]["output_tok_s_vs_direct"] == pytest.approx(0.9)
+    assert comparison["runs"]["direct"]["voice"]["ttft_p95_vs_idle"] == pytest.approx(
+        75
+    )
+    assert "idle" not in comparison["runs"]
+    assert "TTFT p95 vs idle 1.50x" in comparison_markdown(comparison)
+
+
+def test_pick_prefers_the_faster_of_equal_goodputs() -> None:
+    """Goodputs within one point are a tie, settled by tokens/s; a real gap is not."""
+
+    def row(value: str, goodput: float, tok_s: float) -> SweepRow:
+        report = {"goodput": goodput, "output_tok_s": tok_s}
+        return SweepRow(
+            policy="lanes", overrides={"x": value}, report=report, result=None
+        )  # type: ignore[arg-type]
+
+    rows = [row("a", 0.945, 97), row("b", 0.940, 135), row("c", 0.86, 164)]
+    best_goodput, best_throughput = pick(rows)
+    assert best_goodput.overrides == {"x": "b"}
+    assert best_throughput.overrides == {"x": "c"}
+    mark_frontier(rows)
+    assert [r.frontier for r in rows] == [True, True, True]
+    rows.append(row("d", 0.80, 150))
+    mark_frontier(rows)
+    assert rows[-1].frontier is False

@@ -342,7 +342,9 @@ def plot_goodput(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """Goodput and output tokens/s of each swept setting (one bar pair per combination)."""
     plt = _pyplot()
     labels = [row["label"] for row in rows]
-    fig, left = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
+    fig, left = plt.subplots(
+        figsize=(max(6.0, 0.9 * len(rows) + 2), 4.8), layout="constrained"
+    )
     positions = list(range(len(rows)))
     left.bar(
         [p - 0.2 for p in positions],
@@ -365,7 +367,6 @@ def plot_goodput(rows: Sequence[dict[str, Any]], path: Path) -> None:
     left.set_xticks(positions)
     left.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     left.set_title("Goodput and throughput of each setting")
-    fig.legend(loc="upper right")
-    fig.tight_layout()
+    fig.legend(loc="outside lower center", ncols=2)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -128,6 +128,7 @@ async def run_scenario(
     settings: SchedulerSettings,
     server: ServerDescription,
     time_scale: float = 1.0,
+    prompt_scale: float = 1.0,
     drain_s: float | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
@@ -139,6 +140,7 @@ async def run_scenario(
         settings=settings_for(policy, settings),
         server=server,
         time_scale=time_scale,
+        prompt_scale=prompt_scale,
     )
     return await run.execute(
         drain_s if drain_s is not None else max(5.0, scenario.duration_s / 5), progress
@@ -155,6 +157,7 @@ class _Run:
         settings: SchedulerSettings,
         server: ServerDescription,
         time_scale: float,
+        prompt_scale: float,
     ) -> None:
         self.backend = backend
         self.scenario = scenario
@@ -162,6 +165,7 @@ class _Run:
         self.settings = settings
         self.server = server
         self.scale = time_scale
+        self.prompt_scale = prompt_scale
         self.records: list[RequestRecord] = []
         self.finished: list[tuple[str, FinishedRequest]] = []
         self.queue_depth_max = 0
@@ -189,12 +193,15 @@ class _Run:
         if self.policy != "direct":
             scale = self.scale
             self._scheduler = Scheduler(
-                self.backend, self.settings, clock=lambda: time.monotonic() * scale
+                self.backend,
+                self.settings,
+                clock=lambda: time.monotonic() * scale,
+                clock_rate=scale,
             )
             remove_listener = self._scheduler.add_listener(self._on_finished)
         self._start = time.monotonic()
         wall_start = time.monotonic()
-        tasks: set[asyncio.Task[None]] = set()
+        tasks: set[asyncio.Task[RequestRecord]] = set()
         closed: list[asyncio.Task[None]] = []
         for cls in self.scenario.classes:
             if cls.arrival.process == "closed":
@@ -210,14 +217,14 @@ class _Run:
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             await self.sleep_until(self.scenario.duration_s)
-            for task in closed:
-                task.cancel()
+            for loop_task in closed:
+                loop_task.cancel()
             await asyncio.gather(*closed, return_exceptions=True)
             if tasks:
                 await asyncio.wait(list(tasks), timeout=drain_s / self.scale)
         finally:
-            for task in [*tasks, *closed]:
-                task.cancel()
+            for pending in [*tasks, *closed]:
+                pending.cancel()
             await asyncio.gather(*tasks, *closed, return_exceptions=True)
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -266,7 +273,10 @@ class _Run:
                 output_tokens=cls.output_tokens.sample(rng),
             )
             index += 1
-            await self._send(planned, rng_stream=f"closed-{worker}-{index}")
+            record = await self._send(planned, rng_stream=f"closed-{worker}-{index}")
+            if record.outcome != "ok":
+                # Refused or failed at once: back off one scenario second instead of spinning.
+                await asyncio.sleep(1.0 / self.scale)
 
     def _request(self, planned: PlannedRequest, rng: random.Random) -> ChatRequest:
         options: dict[str, Any] = {}
@@ -279,7 +289,11 @@ class _Run:
                 ChatMessage(role="system", content=SYSTEM_PROMPT),
                 ChatMessage(
                     role="user",
-                    content=prompt_text(planned.prompt_tokens - _SYSTEM_TOKENS, rng),
+                    content=prompt_text(
+                        planned.prompt_tokens - _SYSTEM_TOKENS,
+                        rng,
+                        scale=self.prompt_scale,
+                    ),
                 ),
             ),
             max_tokens=planned.output_tokens,
@@ -303,7 +317,7 @@ class _Run:
 
     async def _send(
         self, planned: PlannedRequest, rng_stream: str | None = None
-    ) -> None:
+    ) -> RequestRecord:
         rng = random.Random(
             f"{self.scenario.seed}:{planned.class_name}:{rng_stream or planned.index}:prompt"
         )
@@ -349,6 +363,7 @@ class _Run:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
+        return record
 
     async def _sample(self, progress: Progress | None) -> None:
         while True:

@@ -111,9 +111,20 @@ def mark_frontier(rows: list[SweepRow]) -> None:
         )
 
 
+GOODPUT_TIE = 0.01
+"""Goodputs this close count as equal; the faster of such settings is recommended."""
+
+
 def pick(rows: list[SweepRow]) -> tuple[SweepRow, SweepRow]:
-    """(highest goodput, highest tokens/s); ties broken by the other figure."""
-    best_goodput = max(rows, key=lambda row: (round(row.goodput, 4), row.output_tok_s))
+    """Return (highest goodput, highest tokens/s).
+
+    Among settings within ``GOODPUT_TIE`` of the best goodput, the one with the most tokens/s wins.
+    """
+    best = max(row.goodput for row in rows)
+    best_goodput = max(
+        (row for row in rows if row.goodput >= best - GOODPUT_TIE),
+        key=lambda row: (row.output_tok_s, row.goodput),
+    )
     best_throughput = max(rows, key=lambda row: (row.output_tok_s, row.goodput))
     return best_goodput, best_throughput
 
@@ -164,6 +175,7 @@ async def run_sweep(
     grid: dict[str, list[str]],
     server: ServerDescription,
     time_scale: float = 1.0,
+    prompt_scale: float = 1.0,
     progress_for: Callable[[str], Callable[[float, int], None] | None] | None = None,
     on_row: Callable[[SweepRow], None] | None = None,
 ) -> SweepResult:
@@ -181,6 +193,7 @@ async def run_sweep(
                 settings=settings,
                 server=server,
                 time_scale=time_scale,
+                prompt_scale=prompt_scale,
                 progress=progress,
             )
             row = SweepRow(

@@ -497,9 +497,10 @@ def plan_open_requests(scenario: Scenario) -> list[PlannedRequest]:
     return planned
 
 
-def prompt_text(tokens: int, rng: random.Random) -> str:
+def prompt_text(tokens: int, rng: random.Random, *, scale: float = 1.0) -> str:
     """Return a unique prompt of about ``tokens`` tokens (4 characters each, template included)."""
-    chars = max(4, (tokens - 4) * 4)
+    # ``scale`` stretches the text for servers whose tokenizer packs more than 4 characters a token.
+    chars = max(4, round((tokens - 4) * 4 * scale))
     words = [f"#{rng.getrandbits(32):08x}"]
     length = len(words[0])
     while length < chars:

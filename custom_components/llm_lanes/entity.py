@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from homeassistant.const import CONF_URL
+from homeassistant.const import CONF_URL, EntityCategory
+from homeassistant.core import HomeAssistant
 from homeassistant.helpers.device_registry import DeviceInfo
 from homeassistant.helpers.entity import Entity
 
@@ -12,6 +13,7 @@ from .const import CONF_KIND, CONF_MODEL, DOMAIN
 from .core.backends.base import ServerKind
 
 if TYPE_CHECKING:
+    from .core.settings import SchedulerSettings
     from .models import LLMLanesConfigEntry
 
 SERVER_KIND_NAMES: dict[ServerKind, str] = {
@@ -65,4 +67,36 @@ class LLMLanesEntity(Entity):
         await super().async_added_to_hass()
         self.async_on_remove(
             self.entry.runtime_data.server.async_add_listener(self.async_write_ha_state)
+        )
+
+
+class SchedulerSettingEntity(LLMLanesEntity):
+    """A control that shows one scheduler setting and stores changes in the entry options.
+
+    The options update listener applies stored options to the scheduler live; this entity writes
+    its state on every options change, its own and the options flow's.
+    """
+
+    _attr_should_poll = False
+    _attr_entity_category = EntityCategory.CONFIG
+
+    @property
+    def settings(self) -> SchedulerSettings:
+        """The settings the scheduler runs with now."""
+        return self.entry.runtime_data.scheduler.settings
+
+    async def async_added_to_hass(self) -> None:
+        """Follow option changes."""
+        await super().async_added_to_hass()
+        self.async_on_remove(self.entry.add_update_listener(self._async_entry_updated))
+
+    async def _async_entry_updated(
+        self, hass: HomeAssistant, entry: LLMLanesConfigEntry
+    ) -> None:
+        self.async_write_ha_state()
+
+    def _store_option(self, option: str, value: Any) -> None:
+        """Store one option; the options listener applies it to the scheduler."""
+        self.hass.config_entries.async_update_entry(
+            self.entry, options={**self.entry.options, option: value}
         )

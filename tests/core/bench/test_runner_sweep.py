@@ -66,6 +66,7 @@ async def test_direct_run_sends_the_planned_requests(
     result = await run_scenario(
         backend, scenario, policy="direct", settings=SchedulerSettings(),
         server=await describe_server(backend, None), time_scale=20,
+        drain_s=600.0,  # a loaded machine lags at speed 20: let every request finish
     )  # fmt: skip
     planned = plan_open_requests(scenario)
     assert len(result.records) == len(planned)

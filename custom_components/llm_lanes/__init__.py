@@ -134,4 +134,4 @@ async def async_unload_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) ->
 
 async def async_remove_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
     """Forget the entry's stored jobs when the server is deleted."""
-    return
+    await JobStore(hass, entry.entry_id).async_remove()

@@ -33,6 +33,7 @@ from .backend_setup import (
     InvalidURLError,
     ProbedServer,
     UnsupportedServerError,
+    build_backend,
     normalize_url,
     probe_server,
 )
@@ -46,6 +47,7 @@ from .const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
+from .core.backends.base import ServerKind
 from .core.errors import AuthError, BackendError
 from .entity import SERVER_KIND_NAMES
 from .flow_schemas import options_schema, options_to_store, subentry_schema
@@ -56,6 +58,14 @@ STEP_USER_SCHEMA = probatio.Schema(
             TextSelectorConfig(type=TextSelectorType.URL)
         ),
         probatio.Optional(CONF_API_KEY): TextSelector(
+            TextSelectorConfig(type=TextSelectorType.PASSWORD)
+        ),
+    }
+)
+
+STEP_REAUTH_SCHEMA = probatio.Schema(
+    {
+        probatio.Required(CONF_API_KEY): TextSelector(
             TextSelectorConfig(type=TextSelectorType.PASSWORD)
         ),
     }
@@ -205,6 +215,53 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             data_schema=self.add_suggested_values_to_schema(
                 STEP_USER_SCHEMA, user_input or {CONF_URL: entry.data[CONF_URL]}
             ),
+            errors=errors,
+        )
+
+    async def async_step_reauth(
+        self, entry_data: Mapping[str, Any]
+    ) -> ConfigFlowResult:
+        """Ask for a new API key: the server refused the stored one."""
+        return await self.async_step_reauth_confirm()
+
+    async def async_step_reauth_confirm(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Ask for the new API key and check it against the server."""
+        entry = self._get_reauth_entry()
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            api_key = user_input[CONF_API_KEY].strip()
+            backend = build_backend(
+                async_get_clientsession(self.hass),
+                ServerKind(entry.data[CONF_KIND]),
+                entry.data[CONF_URL],
+                api_key or None,
+            )
+            try:
+                await backend.server_info()
+            except AuthError:
+                errors["base"] = "invalid_auth"
+            except BackendError as err:
+                LOGGER.debug("Cannot reach %s: %s", entry.data[CONF_URL], err)
+                errors["base"] = "cannot_connect"
+            else:
+                # An empty key that works: the server no longer asks for one.
+                data = {
+                    key: value
+                    for key, value in entry.data.items()
+                    if key != CONF_API_KEY
+                }
+                if api_key:
+                    data[CONF_API_KEY] = api_key
+                return self.async_update_reload_and_abort(entry, data=data)
+        return self.async_show_form(
+            step_id="reauth_confirm",
+            data_schema=STEP_REAUTH_SCHEMA,
+            description_placeholders={
+                "name": entry.title,
+                CONF_URL: entry.data[CONF_URL],
+            },
             errors=errors,
         )
 

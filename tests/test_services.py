@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from freezegun.api import FrozenDateTimeFactory
 from homeassistant.const import ATTR_CONFIG_ENTRY_ID
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
@@ -123,6 +124,7 @@ async def test_run_benchmark_recommends_and_applies(
             "scenario": "voice_vs_background",
             "duration_s": 1,
             "apply": True,
+            "force": True,
         },
         blocking=True,
         return_response=True,
@@ -139,3 +141,25 @@ async def test_run_benchmark_recommends_and_applies(
         response["recommended"]["max_sequences"]
     )
     assert init_integration.options["max_sequences"] == scheduler.settings.max_sequences
+
+
+async def test_run_benchmark_waits_for_the_quiet_hours(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    freezer: FrozenDateTimeFactory,
+) -> None:
+    """Outside the nightly window the calibration is refused unless forced; nothing changes."""
+    await hass.config.async_set_time_zone("UTC")
+    freezer.move_to("2026-11-29 14:00:00+00:00")
+    options = dict(init_integration.options)
+    with pytest.raises(ServiceValidationError) as err:
+        await hass.services.async_call(
+            DOMAIN,
+            "run_benchmark",
+            {"config_entry_id": init_integration.entry_id, "apply": True},
+            blocking=True,
+            return_response=True,
+        )
+    assert err.value.translation_key == "outside_quiet_hours"
+    assert err.value.translation_placeholders == {"start": "01:00", "end": "06:00"}
+    assert dict(init_integration.options) == options

@@ -18,6 +18,7 @@ from homeassistant.core import (
 )
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from homeassistant.helpers import config_validation as cv, service
+from homeassistant.util import dt as dt_util
 import probatio
 
 from .const import CONF_MODEL, DOMAIN, OPT_MAX_SEQUENCES, OPT_PREFILL_BUDGET
@@ -41,6 +42,7 @@ SERVICE_RUN_BENCHMARK = "run_benchmark"
 ATTR_SCENARIO = "scenario"
 ATTR_DURATION_S = "duration_s"
 ATTR_APPLY = "apply"
+ATTR_FORCE = "force"
 APPLIED_SETTINGS = {OPT_MAX_SEQUENCES: int, OPT_PREFILL_BUDGET: int}
 """Calibrated settings that ``apply`` writes into the entry's options."""
 
@@ -73,6 +75,7 @@ RUN_BENCHMARK_SCHEMA = probatio.Schema(
             probatio.Coerce(float), probatio.Range(min=1, max=600)
         ),
         probatio.Optional(ATTR_APPLY, default=False): cv.boolean,
+        probatio.Optional(ATTR_FORCE, default=False): cv.boolean,
     }
 )
 
@@ -134,6 +137,17 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
         call.hass, DOMAIN, call.data[ATTR_CONFIG_ENTRY_ID]
     )
     runtime = entry.runtime_data
+    jobs = runtime.jobs.settings
+    # The calibration loads the server for minutes: by default only in the quiet hours.
+    if not call.data[ATTR_FORCE] and not jobs.in_window(dt_util.now()):
+        raise ServiceValidationError(
+            translation_domain=DOMAIN,
+            translation_key="outside_quiet_hours",
+            translation_placeholders={
+                "start": jobs.window_start.strftime("%H:%M"),
+                "end": jobs.window_end.strftime("%H:%M"),
+            },
+        )
     try:
         result = await calibrate(
             runtime.backend,

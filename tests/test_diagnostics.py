@@ -32,11 +32,21 @@ async def test_diagnostics_redact_secrets_and_prompts(
         blocking=True,
         return_response=True,
     )
+    await hass.services.async_call(
+        DOMAIN,
+        "summarize",
+        {"config_entry_id": entry.entry_id, "text": "my private diary"},
+        blocking=True,
+        return_response=True,
+    )
     diagnostics = await async_get_config_entry_diagnostics(hass, entry)
     text = json.dumps(diagnostics)
     assert "sk-secret" not in text
     assert "secret butler" not in text
     assert "private question" not in text
+    assert "private diary" not in text
+    [job] = diagnostics["jobs"]
+    assert job["status"] in {"queued", "running", "done"}
     assert diagnostics["entry"]["data"][CONF_API_KEY] == "**REDACTED**"
     assert diagnostics["server"]["last_update_success"] is True
     assert diagnostics["server"]["state"]["info"]["kind"] == "llama_cpp"

@@ -1,4 +1,4 @@
-"""Diagnostics of a server entry: settings, server info, scheduler snapshot; no secrets, no prompts."""
+"""Diagnostics of a server entry: settings, server, scheduler, jobs; no secrets, no prompts."""
 
 from __future__ import annotations
 
@@ -61,4 +61,17 @@ async def async_get_config_entry_diagnostics(
             "state": _plain(asdict(server.data)) if server.data is not None else None,
         },
         "scheduler": _plain(asdict(snapshot)),
+        "jobs": [
+            {
+                "id": job.id,
+                "status": job.status.value,
+                "attempts": job.attempts,
+                "interrupted": job.interrupted,
+                "wait_reason": job.wait_reason.value if job.wait_reason else None,
+                "last_error": job.last_error,
+                "prompt_tokens": job.prompt_tokens,
+                "output_tokens": job.output_tokens,
+            }
+            for job in runtime.jobs.jobs()
+        ],
     }

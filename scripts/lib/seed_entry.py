@@ -2,8 +2,9 @@
 
 It asks the server what it is with the integration's own probe (the config flow's check), then
 stores a config entry (with a conversation agent and an AI Task subentry) through Home Assistant's
-own ``ConfigEntry`` and ``Store`` classes, in the format Home Assistant loads at start. Nothing is
-written when the config folder already holds an LLM Lanes entry.
+own ``ConfigEntry`` and ``Store`` classes, in the format Home Assistant loads at start. When the
+config folder already holds the entry made for the simulator (same kind and model, on this
+machine), only its URL is brought up to date (the simulator may run on another port this time).
 
     python scripts/lib/seed_entry.py CONFIG_DIR URL
 """
@@ -14,6 +15,7 @@ import asyncio
 from pathlib import Path
 import sys
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 import aiohttp
 from homeassistant import config_entries
@@ -37,6 +39,8 @@ from custom_components.llm_lanes.const import (  # noqa: E402
 )
 from custom_components.llm_lanes.entity import SERVER_KIND_NAMES  # noqa: E402
 
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
 
 async def seed(config_dir: Path, url: str) -> str:
     """Write the entry unless one exists; return what happened."""
@@ -48,10 +52,27 @@ async def seed(config_dir: Path, url: str) -> str:
         minor_version=config_entries.STORAGE_VERSION_MINOR,
     )
     stored = await store.async_load() or {"entries": []}
-    if any(entry.get("domain") == DOMAIN for entry in stored["entries"]):
-        return "an LLM Lanes entry already exists"
     async with aiohttp.ClientSession() as session:
         probed = await probe_server(session, url, None)
+    for existing in stored["entries"]:
+        data = existing["data"]
+        assert isinstance(data, dict)
+        # The entry this script made for the simulator on an earlier start, maybe on another port.
+        if (
+            existing.get("domain") == DOMAIN
+            and data.get(CONF_KIND) == probed.kind.value
+            and data.get(CONF_MODEL) in probed.info.models
+            and urlsplit(str(data.get(CONF_URL))).hostname in LOOPBACK
+        ):
+            if data[CONF_URL] == url:
+                result = f"{existing['title']} already set up for {url}"
+            else:
+                data[CONF_URL] = url
+                existing["unique_id"] = probed.info.unique_id
+                await store.async_save(stored)
+                result = f"{existing['title']} now points at {url}"
+            await hass.async_stop(force=True)
+            return result
     model = (
         probed.info.loaded_models[0]
         if probed.info.loaded_models

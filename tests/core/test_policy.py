@@ -101,6 +101,86 @@ def test_voice_does_not_preempt_when_it_would_not_fit_anyway() -> None:
     assert queue.choose(0.0) is None
 
 
+def test_voice_preempts_background_still_in_prefill() -> None:
+    """Voice arriving while a long background prompt is in prefill preempts it, even with a free slot."""
+    queue = RunQueue(
+        SchedulerSettings(max_sequences=4, headroom=1, background_share=0).with_lane(
+            Lane.BACKGROUND, max_concurrency=4
+        )
+    )
+    streaming = entry(1, Lane.BACKGROUND, "job1", prompt=1200)
+    long_prefill = entry(2, Lane.BACKGROUND, "job2", prompt=1300)
+    short_prefill = entry(3, Lane.BACKGROUND, "job3", prompt=100)
+    for item in (streaming, long_prefill, short_prefill):
+        queue.push(item)
+        queue.start(item)
+    streaming.prefilling = False
+    streaming.output_tokens = 3
+    queue.push(entry(4, Lane.VOICE, "v", prompt=150))
+    # Only the long prompt still in prefill makes way; the short one costs voice little.
+    assert queue.choose(0.0) == Preempt(long_prefill)
+    queue.release(long_prefill)
+    queue.requeue_front(long_prefill, 0.0)
+    decision = queue.choose(0.0)
+    assert isinstance(decision, Admit)
+    assert decision.entry.seq == 4
+    queue.start(decision.entry)
+    # While voice streams, the preempted request waits behind the prefill guard.
+    assert queue.choose(0.0) is None
+    queue.release(decision.entry)
+    decision = queue.choose(0.0)
+    assert isinstance(decision, Admit)
+    assert decision.entry is long_prefill
+
+
+def test_no_prefill_preemption_without_preemption() -> None:
+    """With preemption off, a background prompt in prefill keeps its slot."""
+    queue = RunQueue(
+        SchedulerSettings(
+            max_sequences=4, headroom=1, preemption=False, background_share=0
+        )
+    )
+    running = entry(1, Lane.BACKGROUND, prompt=1200)
+    queue.push(running)
+    queue.start(running)
+    queue.push(entry(2, Lane.VOICE, "v", prompt=150))
+    decision = queue.choose(0.0)
+    assert isinstance(decision, Admit)
+    assert decision.entry.seq == 2
+
+
+def test_background_with_voice_cap() -> None:
+    """While voice is active, background beyond its cap is preempted, least advanced first."""
+    queue = RunQueue(
+        SchedulerSettings(
+            max_sequences=4, headroom=0, background_share=0, background_with_voice=1
+        ).with_lane(Lane.BACKGROUND, max_concurrency=4)
+    )
+    running = [
+        entry(seq, Lane.BACKGROUND, f"job{seq}", prompt=100) for seq in (1, 2, 3)
+    ]
+    for item, done in zip(running, (40, 5, 20), strict=True):
+        queue.push(item)
+        queue.start(item)
+        item.prefilling = False
+        item.output_tokens = done
+    voice = entry(4, Lane.VOICE, "v", prompt=150)
+    queue.push(voice)
+    assert queue.choose(0.0) == Preempt(running[1])
+    queue.release(running[1])
+    queue.requeue_front(running[1], 0.0)
+    assert queue.choose(0.0) == Preempt(running[2])
+    queue.release(running[2])
+    queue.requeue_front(running[2], 0.0)
+    decision = queue.choose(0.0)
+    assert decision == Admit(voice)
+    queue.start(voice)
+    # Slots are free, but background stays at its cap while voice streams.
+    assert queue.choose(0.0) is None
+    queue.release(voice)
+    assert admit_all(queue) == [2, 3]
+
+
 def test_expiry_uses_the_tighter_of_lane_wait_and_deadline() -> None:
     """A caller's deadline shortens the wait; settings changes recompute it."""
     settings = SchedulerSettings().with_lane(Lane.AUTOMATION, max_wait_s=10.0)

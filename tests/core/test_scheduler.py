@@ -402,6 +402,39 @@ async def test_preemption_resumes_seamlessly() -> None:
     assert [r.outcome for r in finished] == ["ok", "ok"]
 
 
+async def test_voice_preempts_background_still_in_prefill() -> None:
+    """A background prompt still in prefill makes way for voice, though a slot is free."""
+    gate = asyncio.Event()
+    scheduler, backend, _, finished = make(
+        SchedulerSettings(max_sequences=2, headroom=1)
+    )
+    background = asyncio.create_task(
+        scheduler.generate(
+            chat(answer_tokens=6, prompt_tokens=2000, gate=gate, tag="bg"),
+            lane=Lane.BACKGROUND,
+            requester="job",
+            prompt_tokens=2000,
+        )
+    )
+    await settle()
+    assert len(backend.active) == 1
+    voice = await scheduler.generate(
+        chat(answer_tokens=3, tag="voice"), lane=Lane.VOICE, requester="v"
+    )
+    assert voice.text == expected_text(3)
+    first, second = backend.streams[:2]
+    assert first.closed_early
+    assert first.tokens_sent == 0
+    assert second.request.options["tag"] == "voice"
+    gate.set()
+    result = await background
+    assert result.text == expected_text(6)
+    assert result.finished.preemptions == 1
+    # Nothing was generated before the preemption, so the retry carries no prefix.
+    assert backend.streams[2].request.assistant_prefix == ""
+    assert [r.outcome for r in finished] == ["ok", "ok"]
+
+
 async def test_no_preemption_when_turned_off_or_for_interactive() -> None:
     """With preemption off voice waits; interactive streams are never preempted."""
     scheduler, backend, _, _ = make(

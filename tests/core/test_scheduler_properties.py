@@ -69,6 +69,7 @@ settings_strategy = st.builds(
     background_share=st.sampled_from([0.0, 0.2]),
     preemption=st.booleans(),
     prefill_guard_tokens=st.sampled_from([50, 1024]),
+    background_with_voice=st.sampled_from([None, None, 0, 1]),
 )
 
 

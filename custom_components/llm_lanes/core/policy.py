@@ -24,13 +24,19 @@ Admission limits, checked for the best candidate first:
   (a background request ranked up by the share may use them while preemption is on: voice takes them
   back by preemption).
 - ``prefill_budget`` prompt tokens in flight; a single larger request runs alone rather than never.
-- A lane's ``max_concurrency`` cap; ``background_paused``; the prefill guard (while voice streams, a
-  background request with a prompt longer than ``prefill_guard_tokens`` waits).
+- A lane's ``max_concurrency`` cap; ``background_paused``; while voice waits or streams, the prefill
+  guard (a background request with a prompt longer than ``prefill_guard_tokens`` waits) and the
+  ``background_with_voice`` cap on background streams.
 
 A candidate blocked by something of its own (lane cap, headroom, guard, pause) is skipped and the
 next one is tried; a candidate blocked by the shared capacity (slots, prefill budget) stops the round,
 so lower-ranked work cannot starve it. When that candidate is a voice request and preemption is on,
 the running background stream with the least output is preempted instead.
+
+Before any of that, while voice waits or streams (and preemption is on), background makes way: a
+background request whose long prompt the server is still prefilling is preempted (it has no output
+to lose, and its prefill iteration would hold up voice's first token and stall its tokens), and so
+is the least-advanced background stream beyond ``background_with_voice``.
 
 The ``fifo`` policy serves requests in arrival order under ``max_sequences`` and ``prefill_budget``
 only (what a server does on its own), for comparison.
@@ -78,6 +84,8 @@ class Entry:
     running: bool = False
     output_tokens: int = 0
     """Progress so far, used to pick the least-advanced stream to preempt."""
+    prefilling: bool = False
+    """Running, and its current attempt has produced no token yet (the server is on its prompt)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +337,7 @@ class RunQueue:
             entry.requester, 0.0
         )
         entry.running = True
+        entry.prefilling = True
         self.in_flight += 1
         self.prompt_in_flight += entry.prompt_tokens
         self.running_by_lane[entry.lane] += 1
@@ -340,6 +349,7 @@ class RunQueue:
         if not entry.running:
             return False
         entry.running = False
+        entry.prefilling = False
         self.in_flight -= 1
         self.prompt_in_flight -= entry.prompt_tokens
         self.running_by_lane[entry.lane] -= 1
@@ -358,14 +368,19 @@ class RunQueue:
         settings = self.settings
         max_sequences = max(settings.max_sequences, 1)
         headroom = min(max(settings.headroom, 0), max_sequences - 1)
+        voice_active = bool(self.running_by_lane[Lane.VOICE] or self.queued(Lane.VOICE))
+        if voice_active and settings.preemption:
+            victim = self._yield_to_voice()
+            if victim is not None:
+                return Preempt(victim)
         for rank, entry in self._candidates(now):
             lane = entry.lane
             if lane is Lane.BACKGROUND:
                 if settings.background_paused:
                     continue
-                if (
-                    self.running_by_lane[Lane.VOICE]
-                    and entry.prompt_tokens > settings.prefill_guard_tokens
+                if voice_active and (
+                    entry.prompt_tokens > settings.prefill_guard_tokens
+                    or self._over_voice_cap()
                 ):
                     continue
             cap = settings.lanes[lane].max_concurrency
@@ -459,6 +474,31 @@ class RunQueue:
             else queue.last_counter
         )
         counters[requester] = max(counters.get(requester, 0.0), floor)
+
+    def _over_voice_cap(self) -> bool:
+        """Whether background already runs as many streams as it may while voice is active."""
+        cap = self.settings.background_with_voice
+        return cap is not None and self.running_by_lane[Lane.BACKGROUND] >= cap
+
+    def _yield_to_voice(self) -> Entry | None:
+        """Pick a background stream that must make way for active voice work, if any.
+
+        First a background request whose long prompt the server is still prefilling: it has no
+        output to lose, and an iteration that prefills it would delay voice's first token (and
+        stall voice's tokens) by the whole prompt. Then, while background runs more streams than
+        ``background_with_voice``, the least-advanced one (decode time grows with the streams).
+        """
+        background = [e for e in self.running.values() if e.lane is Lane.BACKGROUND]
+        if not background:
+            return None
+        guard = self.settings.prefill_guard_tokens
+        prefilling = [e for e in background if e.prefilling and e.prompt_tokens > guard]
+        if prefilling:
+            return max(prefilling, key=lambda e: (e.prompt_tokens, e.seq))
+        cap = self.settings.background_with_voice
+        if cap is not None and len(background) > cap:
+            return min(background, key=lambda e: (e.output_tokens, -e.seq))
+        return None
 
     def _victim(self, entry: Entry) -> Entry | None:
         """Pick the background stream to preempt for a voice request, if that lets it run."""

@@ -623,6 +623,7 @@ class Scheduler:
             ticket.lane_stats.output_rate.add(now, tokens, self._window_s)
             ticket.requester_stats.output_rate.add(now, tokens, self._window_s)
         if tokens or chunk.text or chunk.tool_calls:
+            ticket.entry.prefilling = False
             last = ticket.last_token_at
             if last is None:
                 ticket.first_token_at = now

@@ -208,3 +208,29 @@ def test_pick_prefers_the_faster_of_equal_goodputs() -> None:
     rows.append(row("d", 0.80, 150))
     mark_frontier(rows)
     assert rows[-1].frontier is False
+
+
+async def test_prompt_salt_changes_text_not_length(
+    start_sim: StartSim, session: aiohttp.ClientSession
+) -> None:
+    """Runs with different salts send other prompt text of the same length (no prompt-cache hits)."""
+    scenario = parse_scenario(
+        _scenario(process="poisson", rate_per_s=2) | {"duration_s": 4.0}
+    )
+    sim = await start_sim(SimConfig(speed=20))
+    backend = await connect(session, sim.url)
+    server = await describe_server(backend, None)
+
+    async def prompts(salt: str) -> list[str]:
+        sim.requests_seen.clear()
+        await run_scenario(
+            backend, scenario, policy="direct", settings=SchedulerSettings(),
+            server=server, time_scale=20, prompt_salt=salt, drain_s=600.0,
+        )  # fmt: skip
+        return [body["messages"][-1]["content"] for body in sim.requests_seen]
+
+    first, again, other = await prompts("a:"), await prompts("a:"), await prompts("b:")
+    assert first
+    assert sorted(again) == sorted(first)
+    assert sorted(map(len, other)) == sorted(map(len, first))
+    assert not set(other) & set(first)

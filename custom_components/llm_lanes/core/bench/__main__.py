@@ -16,6 +16,7 @@ import contextlib
 from dataclasses import dataclass
 import json
 from pathlib import Path
+import secrets
 import sys
 from typing import Any
 
@@ -125,6 +126,9 @@ async def _run(args: argparse.Namespace) -> int:
         runs.append(("idle", scenario.only(idle), "direct"))
     runs += [(policy, scenario, policy) for policy in policies]
     single = len(runs) == 1
+    # Fresh prompt text for every run of every invocation: a server's prompt cache must not
+    # answer one run's prefill with an earlier run's identical prompts.
+    salt = secrets.token_hex(4)
     results: list[tuple[str, RunResult]] = []
     async with open_target(args) as target:
         for label, run_scenario_, policy in runs:
@@ -138,6 +142,7 @@ async def _run(args: argparse.Namespace) -> int:
                 server=target.server,
                 time_scale=target.time_scale,
                 prompt_scale=args.prompt_scale,
+                prompt_salt=f"{salt}:{label}:",
                 progress=bar,
             )
             bar.close()

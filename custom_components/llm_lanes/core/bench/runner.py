@@ -129,10 +129,16 @@ async def run_scenario(
     server: ServerDescription,
     time_scale: float = 1.0,
     prompt_scale: float = 1.0,
+    prompt_salt: str = "",
     drain_s: float | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Replay ``scenario`` and record every request (see the module docstring)."""
+    """Replay ``scenario`` and record every request (see the module docstring).
+
+    ``prompt_salt`` changes every prompt's text (not its length): runs against one server should
+    each pass their own, or a server's prompt cache would answer a later run's prefill with an
+    earlier run's identical prompts and flatter it.
+    """
     run = _Run(
         backend=backend,
         scenario=scenario,
@@ -141,6 +147,7 @@ async def run_scenario(
         server=server,
         time_scale=time_scale,
         prompt_scale=prompt_scale,
+        prompt_salt=prompt_salt,
     )
     return await run.execute(
         drain_s if drain_s is not None else max(5.0, scenario.duration_s / 5), progress
@@ -158,6 +165,7 @@ class _Run:
         server: ServerDescription,
         time_scale: float,
         prompt_scale: float,
+        prompt_salt: str,
     ) -> None:
         self.backend = backend
         self.scenario = scenario
@@ -166,6 +174,7 @@ class _Run:
         self.server = server
         self.scale = time_scale
         self.prompt_scale = prompt_scale
+        self.prompt_salt = prompt_salt
         self.records: list[RequestRecord] = []
         self.finished: list[tuple[str, FinishedRequest]] = []
         self.queue_depth_max = 0
@@ -319,7 +328,8 @@ class _Run:
         self, planned: PlannedRequest, rng_stream: str | None = None
     ) -> RequestRecord:
         rng = random.Random(
-            f"{self.scenario.seed}:{planned.class_name}:{rng_stream or planned.index}:prompt"
+            f"{self.prompt_salt}{self.scenario.seed}:{planned.class_name}:"
+            f"{rng_stream or planned.index}:prompt"
         )
         record = RequestRecord(
             class_name=planned.class_name,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 import itertools
+import secrets
 from typing import Any
 
 from ..backends.base import Backend  # noqa: TID252
@@ -181,6 +182,8 @@ async def run_sweep(
 ) -> SweepResult:
     """Run every combination and policy; return the rows and the picks."""
     rows: list[SweepRow] = []
+    # Fresh prompt text per row and per sweep, so the server's prompt cache favours no row.
+    salt = secrets.token_hex(4)
     for policy in policies:
         for overrides in combinations(grid) or [{}]:
             settings = base_settings.with_values(overrides)
@@ -194,6 +197,7 @@ async def run_sweep(
                 server=server,
                 time_scale=time_scale,
                 prompt_scale=prompt_scale,
+                prompt_salt=f"{salt}:{label}:",
                 progress=progress,
             )
             row = SweepRow(

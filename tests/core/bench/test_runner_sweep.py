@@ -191,7 +191,7 @@ def test_compare_gives_ratios_against_idle_and_direct() -> None:
 
 
 def test_pick_prefers_the_faster_of_equal_goodputs() -> None:
-    """Goodputs within one point are a tie, settled by tokens/s; a real gap is not."""
+    """The highest goodput wins even by half a point; only an exact tie goes to tokens/s."""
 
     def row(value: str, goodput: float, tok_s: float) -> SweepRow:
         report = {"goodput": goodput, "output_tok_s": tok_s}
@@ -201,8 +201,10 @@ def test_pick_prefers_the_faster_of_equal_goodputs() -> None:
 
     rows = [row("a", 0.945, 97), row("b", 0.940, 135), row("c", 0.86, 164)]
     best_goodput, best_throughput = pick(rows)
-    assert best_goodput.overrides == {"x": "b"}
+    assert best_goodput.overrides == {"x": "a"}
     assert best_throughput.overrides == {"x": "c"}
+    tied = [row("a", 0.94, 97), row("b", 0.94, 135)]
+    assert pick(tied)[0].overrides == {"x": "b"}
     mark_frontier(rows)
     assert [r.frontier for r in rows] == [True, True, True]
     rows.append(row("d", 0.80, 150))

@@ -112,20 +112,13 @@ def mark_frontier(rows: list[SweepRow]) -> None:
         )
 
 
-GOODPUT_TIE = 0.01
-"""Goodputs this close count as equal; the faster of such settings is recommended."""
-
-
 def pick(rows: list[SweepRow]) -> tuple[SweepRow, SweepRow]:
-    """Return (highest goodput, highest tokens/s).
+    """Return (highest goodput, highest tokens/s); equal goodputs go to the faster setting.
 
-    Among settings within ``GOODPUT_TIE`` of the best goodput, the one with the most tokens/s wins.
+    No tolerance band: a point of goodput traded for tokens/s can be a lane's objective lost
+    (voice, say), which is exactly what the recommendation must not hide.
     """
-    best = max(row.goodput for row in rows)
-    best_goodput = max(
-        (row for row in rows if row.goodput >= best - GOODPUT_TIE),
-        key=lambda row: (row.output_tok_s, row.goodput),
-    )
+    best_goodput = max(rows, key=lambda row: (row.goodput, row.output_tok_s))
     best_throughput = max(rows, key=lambda row: (row.output_tok_s, row.goodput))
     return best_goodput, best_throughput
 

@@ -30,13 +30,13 @@ import time
 class EngineCosts:
     """Cost model of one iteration, in seconds at ``speed == 1``.
 
-    Defaults: a 24 GB consumer GPU (RTX 3090/4090 class) serving an 8B model at 4-bit with
-    llama.cpp. llama.cpp's CUDA scoreboard (GitHub discussion ggml-org/llama.cpp#15013,
-    ``llama-bench`` pp512/tg128 for Llama 8B Q4_0) puts single-stream decoding at 110-150 tokens/s
-    (7-9 ms a token, mostly the fixed cost of reading the weights once per iteration) and prompt
-    processing at 4,000-10,000 tokens/s (0.1-0.25 ms a token). Each extra sequence in a decode
-    batch adds about 1.5 ms (attention over its own cache plus sampling), which gives the
-    2.5-3x aggregate throughput that four parallel slots show on such a card.
+    Defaults: a consumer GPU serving an 8B model at 4-bit with llama.cpp (decoding on the slow
+    side of published figures, prompt processing mid-range). llama.cpp PR #15802 (RTX 3090,
+    Llama 8B Q4_0) measures 155 tokens/s decoding one sequence and 469 tokens/s with four (6.5 ms
+    and 8.5 ms an iteration); a community llama-bench report (dmatora/LLM-inference-speed-
+    benchmarks #12, RTX 3080, Llama 3.1 8B Q4_K_M) gives 112 tokens/s generation and 3,807
+    tokens/s prompt processing. Here one sequence decodes in 9.5 ms (105 tokens/s), four in 14 ms
+    (286 tokens/s), and a prompt token costs 0.15 ms (6,700 tokens/s).
     """
 
     fixed_s: float = 0.008

@@ -238,6 +238,8 @@ async def test_options_flow(
         "aging_s",
         "background_share",
         "preemption",
+        "prefill_guard_tokens",
+        "background_with_voice",
         "background_paused",
         "quota_tokens_per_day",
         "requester_quotas",
@@ -259,6 +261,8 @@ async def test_options_flow(
         "aging_s": 20,
         "background_share": 0.2,
         "preemption": False,
+        "prefill_guard_tokens": 256,
+        "background_with_voice": 1,
         "background_paused": True,
         "quota_tokens_per_day": 1000,
         "requester_quotas": "bad line",
@@ -292,6 +296,8 @@ async def test_options_flow(
     assert settings.policy.value == "fifo"
     assert settings.background_paused is True
     assert settings.requester_quotas == {"user:abc": 500}
+    assert settings.prefill_guard_tokens == 256
+    assert settings.background_with_voice == 1
     assert settings.lanes[0].ttft_slo_s == 0.4
 
 

@@ -7,9 +7,11 @@ import pytest
 from custom_components.llm_lanes.const import (
     OPT_BACKGROUND_PAUSED,
     OPT_BACKGROUND_SHARE,
+    OPT_BACKGROUND_WITH_VOICE,
     OPT_HEADROOM,
     OPT_MAX_SEQUENCES,
     OPT_POLICY,
+    OPT_PREFILL_GUARD,
     OPT_QUOTA_ACTION,
     OPT_REQUESTER_QUOTAS,
 )
@@ -88,3 +90,19 @@ def test_quota_separators() -> None:
     """Pairs may be separated by commas or new lines; blanks are ignored."""
     assert parse_requester_quotas("a=1, b=2\n\n") == {"a": 1, "b": 2}
     assert SchedulerSettings().requester_quotas == {}
+
+
+def test_background_with_voice_zero_means_no_cap() -> None:
+    """The form's 0 is "no limit"; a positive value caps background streams while voice runs."""
+    assert (
+        settings_from_options({OPT_BACKGROUND_WITH_VOICE: 0}, 4).background_with_voice
+        is None
+    )
+    assert settings_from_options({}, 4).background_with_voice is None
+    assert (
+        settings_from_options({OPT_BACKGROUND_WITH_VOICE: 1}, 4).background_with_voice
+        == 1
+    )
+    assert (
+        settings_from_options({OPT_PREFILL_GUARD: 300}, 4).prefill_guard_tokens == 300
+    )

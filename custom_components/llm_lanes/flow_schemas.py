@@ -39,6 +39,7 @@ from .const import (
     OPT_AGING_S,
     OPT_BACKGROUND_PAUSED,
     OPT_BACKGROUND_SHARE,
+    OPT_BACKGROUND_WITH_VOICE,
     OPT_HEADROOM,
     OPT_MAX_SEQUENCES,
     OPT_NIGHTLY_END,
@@ -46,6 +47,7 @@ from .const import (
     OPT_POLICY,
     OPT_PREEMPTION,
     OPT_PREFILL_BUDGET,
+    OPT_PREFILL_GUARD,
     OPT_QUOTA_ACTION,
     OPT_QUOTA_TOKENS_PER_DAY,
     OPT_REQUESTER_QUOTAS,
@@ -130,6 +132,16 @@ def options_schema(
             OPT_PREEMPTION, default=default(OPT_PREEMPTION, current.preemption)
         ): BooleanSelector(),
         probatio.Required(
+            OPT_PREFILL_GUARD,
+            default=default(OPT_PREFILL_GUARD, current.prefill_guard_tokens),
+        ): _number(0, 1_048_576, 64),
+        probatio.Required(
+            OPT_BACKGROUND_WITH_VOICE,
+            default=default(
+                OPT_BACKGROUND_WITH_VOICE, current.background_with_voice or 0
+            ),
+        ): _number(0, 255, 1),
+        probatio.Required(
             OPT_BACKGROUND_PAUSED,
             default=default(OPT_BACKGROUND_PAUSED, current.background_paused),
         ): BooleanSelector(),
@@ -191,6 +203,8 @@ def options_to_store(
         OPT_MAX_SEQUENCES,
         OPT_PREFILL_BUDGET,
         OPT_HEADROOM,
+        OPT_PREFILL_GUARD,
+        OPT_BACKGROUND_WITH_VOICE,
         OPT_QUOTA_TOKENS_PER_DAY,
         OPT_JOBS_MAX_IN_FLIGHT,
         OPT_JOBS_TOKENS_PER_MINUTE,

@@ -11,11 +11,13 @@ from .const import (
     OPT_AGING_S,
     OPT_BACKGROUND_PAUSED,
     OPT_BACKGROUND_SHARE,
+    OPT_BACKGROUND_WITH_VOICE,
     OPT_HEADROOM,
     OPT_MAX_SEQUENCES,
     OPT_POLICY,
     OPT_PREEMPTION,
     OPT_PREFILL_BUDGET,
+    OPT_PREFILL_GUARD,
     OPT_QUOTA_ACTION,
     OPT_QUOTA_TOKENS_PER_DAY,
     OPT_REQUESTER_QUOTAS,
@@ -70,6 +72,11 @@ def settings_from_options(
             options.get(OPT_BACKGROUND_SHARE, base.background_share)
         ),
         preemption=bool(options.get(OPT_PREEMPTION, base.preemption)),
+        prefill_guard_tokens=int(
+            options.get(OPT_PREFILL_GUARD, base.prefill_guard_tokens)
+        ),
+        # 0 in the form means no cap.
+        background_with_voice=int(options.get(OPT_BACKGROUND_WITH_VOICE) or 0) or None,
         background_paused=bool(
             options.get(OPT_BACKGROUND_PAUSED, base.background_paused)
         ),

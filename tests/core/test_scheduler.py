@@ -230,11 +230,22 @@ async def test_background_pause_holds_new_background_work() -> None:
     assert result.finished.outcome == "ok"
 
 
-async def test_aging_lifts_a_long_waiting_request() -> None:
-    """A background request that waited two aging periods goes before newer interactive work."""
+@pytest.mark.parametrize(
+    ("aging_s", "waited_s", "newcomer", "order"),
+    [
+        # Two aging periods lift background above newer interactive work.
+        (10.0, 25.0, Lane.INTERACTIVE, ["first", "old", "new"]),
+        # However long it waited, background never goes before voice.
+        (1.0, 100.0, Lane.VOICE, ["first", "new", "old"]),
+    ],
+)
+async def test_aging(
+    aging_s: float, waited_s: float, newcomer: Lane, order: list[str]
+) -> None:
+    """A waiting background request climbs one lane per aging period, never above voice."""
     gate = asyncio.Event()
     settings = SchedulerSettings(
-        max_sequences=1, headroom=0, aging_s=10.0, background_share=0
+        max_sequences=1, headroom=0, aging_s=aging_s, background_share=0
     )
     scheduler, backend, clock, _ = make(settings)
     first = asyncio.create_task(
@@ -247,49 +258,14 @@ async def test_aging_lifts_a_long_waiting_request() -> None:
         scheduler.generate(chat(tag="old"), lane=Lane.BACKGROUND, requester="job")
     )
     await settle()
-    clock.advance(25.0)
+    clock.advance(waited_s)
     new = asyncio.create_task(
-        scheduler.generate(chat(tag="new"), lane=Lane.INTERACTIVE, requester="b")
+        scheduler.generate(chat(tag="new"), lane=newcomer, requester="b")
     )
     await settle()
     gate.set()
     await asyncio.gather(first, old, new)
-    assert [s.request.options["tag"] for s in backend.streams] == [
-        "first",
-        "old",
-        "new",
-    ]
-
-
-async def test_aging_never_outranks_voice() -> None:
-    """However long it waited, background does not go before voice."""
-    gate = asyncio.Event()
-    settings = SchedulerSettings(
-        max_sequences=1, headroom=0, aging_s=1.0, background_share=0
-    )
-    scheduler, backend, clock, _ = make(settings)
-    first = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate, tag="first"), lane=Lane.INTERACTIVE, requester="a"
-        )
-    )
-    await settle()
-    old = asyncio.create_task(
-        scheduler.generate(chat(tag="old"), lane=Lane.BACKGROUND, requester="job")
-    )
-    await settle()
-    clock.advance(100.0)
-    voice = asyncio.create_task(
-        scheduler.generate(chat(tag="voice"), lane=Lane.VOICE, requester="b")
-    )
-    await settle()
-    gate.set()
-    await asyncio.gather(first, old, voice)
-    assert [s.request.options["tag"] for s in backend.streams] == [
-        "first",
-        "voice",
-        "old",
-    ]
+    assert [s.request.options["tag"] for s in backend.streams] == order
 
 
 async def test_vtc_serves_the_least_served_requester_first() -> None:

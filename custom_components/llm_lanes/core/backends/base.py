@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 
 class ServerKind(StrEnum):
@@ -98,6 +99,14 @@ class StreamChunk:
     done: bool = False
     finish_reason: str | None = None
     usage: TokenUsage | None = None
+
+
+def server_unique_id(kind: ServerKind, base_url: str) -> str:
+    """Identity of a server that reports none of its own: its kind, host, port and path."""
+    parts = urlsplit(base_url)
+    return (
+        f"{kind.value}@{(parts.hostname or '').lower()}:{parts.port or ''}{parts.path}"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from ..errors import (  # noqa: TID252
+from ..errors import (
     AuthError,
     BackendConnectionError,
     BackendError,

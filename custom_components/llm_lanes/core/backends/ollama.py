@@ -6,11 +6,10 @@ from collections.abc import AsyncGenerator
 import json
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
-from ..errors import BackendError, MalformedStreamError, StreamClosedError  # noqa: TID252
+from ..errors import BackendError, MalformedStreamError, StreamClosedError
 from .base import (
     Backend,
     BackendTimeouts,
@@ -22,6 +21,7 @@ from .base import (
     StreamChunk,
     TokenUsage,
     ToolCall,
+    server_unique_id,
 )
 from .estimate import estimate_prompt_tokens
 from .transport import HttpClient, http_error
@@ -144,7 +144,7 @@ class OllamaBackend(Backend):
             context_length=context,
             slots=None,
             metrics_enabled=False,
-            unique_id=_unique_id(self.kind, self.base_url),
+            unique_id=server_unique_id(self.kind, self.base_url),
         )
 
     async def list_models(self) -> tuple[str, ...]:
@@ -277,10 +277,3 @@ def _same_model(loaded: str, wanted: str) -> bool:
         return name if ":" in name else f"{name}:latest"
 
     return full(loaded) == full(wanted)
-
-
-def _unique_id(kind: ServerKind, base_url: str) -> str:
-    parts = urlsplit(base_url)
-    return (
-        f"{kind.value}@{(parts.hostname or '').lower()}:{parts.port or ''}{parts.path}"
-    )

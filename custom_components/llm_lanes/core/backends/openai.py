@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import (  # noqa: TID252
+from ..errors import (
     BackendError,
     BackendHTTPError,
     MalformedStreamError,
@@ -34,9 +34,9 @@ from .base import (
     StreamChunk,
     TokenUsage,
     ToolCall,
+    server_unique_id,
 )
 from .estimate import estimate_prompt_tokens
-from .ollama import _unique_id
 from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
 from .transport import HttpClient, http_error
 
@@ -309,7 +309,7 @@ class OpenAIBackend(Backend):
             context_length=context,
             slots=slots,
             metrics_enabled=metrics_enabled,
-            unique_id=_unique_id(self.kind, self.base_url),
+            unique_id=server_unique_id(self.kind, self.base_url),
         )
 
     async def _version(self) -> str | None:

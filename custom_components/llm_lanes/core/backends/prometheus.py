@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..errors import MalformedStreamError  # noqa: TID252
+from ..errors import MalformedStreamError
 from .base import ServerMetrics
 
 

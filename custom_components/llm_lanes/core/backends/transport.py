@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import (  # noqa: TID252
+from ..errors import (
     AuthError,
     BackendConnectionError,
     BackendError,

@@ -22,9 +22,9 @@ from typing import Any
 
 import aiohttp
 
-from ..backends.base import Backend  # noqa: TID252
-from ..backends.detect import connect  # noqa: TID252
-from ..settings import SchedulerSettings  # noqa: TID252
+from ..backends.base import Backend
+from ..backends.detect import connect
+from ..settings import SchedulerSettings
 from .report import (
     build_report,
     markdown_report,

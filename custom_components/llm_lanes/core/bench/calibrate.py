@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..backends.base import Backend  # noqa: TID252
-from ..settings import SchedulerSettings  # noqa: TID252
+from ..backends.base import Backend
+from ..settings import SchedulerSettings
 from .runner import BenchPolicy, describe_server
 from .sweep import run_sweep
 from .workload import Scenario, load_scenario

@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 
-from ..backends.base import (  # noqa: TID252
+from ..backends.base import (
     Backend,
     ChatMessage,
     ChatRequest,
@@ -34,10 +34,10 @@ from ..backends.base import (  # noqa: TID252
     ServerMetrics,
     StreamChunk,
 )
-from ..lanes import Lane  # noqa: TID252
-from ..policy import Admit, Entry, RunQueue  # noqa: TID252
-from ..scheduler import Scheduler  # noqa: TID252
-from ..settings import SchedulerSettings  # noqa: TID252
+from ..lanes import Lane
+from ..policy import Admit, Entry, RunQueue
+from ..scheduler import Scheduler
+from ..settings import SchedulerSettings
 
 CHOOSE_TARGET_US = 50.0
 TOKEN_TARGET_US = 5.0

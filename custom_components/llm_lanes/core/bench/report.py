@@ -31,7 +31,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..settings import SchedulerSettings  # noqa: TID252
+from ..settings import SchedulerSettings
 from .runner import RequestRecord, RunResult
 from .workload import RequestClass
 

@@ -20,11 +20,11 @@ import sys
 import time
 from typing import Any, Literal, TextIO
 
-from ..backends.base import Backend, ChatMessage, ChatRequest, ServerKind, StreamChunk  # noqa: TID252
-from ..errors import BackendError, SchedulerError, ServerBusyError  # noqa: TID252
-from ..scheduler import Scheduler  # noqa: TID252
-from ..settings import Policy, SchedulerSettings  # noqa: TID252
-from ..snapshot import FinishedRequest  # noqa: TID252
+from ..backends.base import Backend, ChatMessage, ChatRequest, ServerKind, StreamChunk
+from ..errors import BackendError, SchedulerError, ServerBusyError
+from ..scheduler import Scheduler
+from ..settings import Policy, SchedulerSettings
+from ..snapshot import FinishedRequest
 from .sim_answers import count_text_tokens
 from .workload import (
     PlannedRequest,

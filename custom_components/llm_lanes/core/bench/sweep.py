@@ -14,8 +14,8 @@ import itertools
 import secrets
 from typing import Any
 
-from ..backends.base import Backend  # noqa: TID252
-from ..settings import SchedulerSettings  # noqa: TID252
+from ..backends.base import Backend
+from ..settings import SchedulerSettings
 from .report import build_report, objective_misses
 from .runner import BenchPolicy, RunResult, ServerDescription, run_scenario
 from .workload import Scenario

@@ -28,7 +28,7 @@ from pathlib import Path
 import random
 from typing import Any
 
-from ..lanes import Lane  # noqa: TID252
+from ..lanes import Lane
 
 PROCESSES = ("poisson", "gamma", "closed", "burst", "trace")
 SCENARIO_DIR = Path(__file__).parent / "scenarios"

@@ -5,5 +5,5 @@
   OpenAI-compatible servers.
 - ``detect``: which kind of server answers at a base URL, and the client for it.
 - ``transport``: timeouts, streamed lines and typed errors shared by both clients.
-- ``prometheus``: ``/metrics`` of llama.cpp and vLLM; ``estimate``: token estimates.
+- ``prometheus``: ``/metrics`` of llama.cpp and vLLM.
 """

@@ -23,7 +23,7 @@ from .base import (
     ToolCall,
     server_unique_id,
 )
-from .estimate import estimate_prompt_tokens
+from ..tokens import estimate_prompt_tokens
 from .transport import HttpClient, http_error
 
 _LOGGER = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from .base import (
     ToolCall,
     server_unique_id,
 )
-from .estimate import estimate_prompt_tokens
+from ..tokens import estimate_prompt_tokens
 from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
 from .transport import HttpClient, http_error
 

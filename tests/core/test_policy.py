@@ -1,41 +1,59 @@
-"""The decision of what runs next, tested directly on the run queue."""
+"""The decision of what runs next, tested directly on the policies and the run state."""
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
 
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.policy import (
     Admit,
-    Entry,
+    Decision,
+    FifoPolicy,
+    LanesPolicy,
     Preempt,
-    RunQueue,
+    create_policy,
+)
+from custom_components.llm_lanes.core.run_state import (
+    QueuedRequest,
+    RunState,
     ShareLedger,
 )
 from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
 
 
+class Queue(RunState):
+    """A run state that asks the policy its settings name, as the scheduler does."""
+
+    def choose(self, now: float) -> Decision:
+        """Return the policy's decision on this state."""
+        return create_policy(self.settings.policy).choose(self, now)
+
+
 def entry(
     seq: int, lane: Lane, requester: str = "a", prompt: int = 10, at: float = 0.0
-) -> Entry:
-    """Build a policy entry."""
-    return Entry(
+) -> QueuedRequest:
+    """Build a queued request."""
+    return QueuedRequest(
         seq=seq, lane=lane, requester=requester, prompt_tokens=prompt, enqueued_at=at
     )
 
 
-def admit_all(queue: RunQueue, now: float = 0.0) -> list[int]:
+def admit_all(queue: Queue, now: float = 0.0) -> list[int]:
     """Admit and immediately release until the queue is empty; return the order."""
     order = []
     while (decision := queue.choose(now)) is not None:
         assert isinstance(decision, Admit)
-        queue.start(decision.entry)
-        queue.release(decision.entry)
-        order.append(decision.entry.seq)
+        queue.start(decision.request)
+        queue.release(decision.request)
+        order.append(decision.request.seq)
     return order
 
 
 def test_fifo_policy_ignores_lanes() -> None:
     """Under fifo, arrival order wins over lanes."""
-    queue = RunQueue(SchedulerSettings(policy=Policy.FIFO))
+    queue = Queue(SchedulerSettings(policy=Policy.FIFO))
     for seq, lane in enumerate([Lane.BACKGROUND, Lane.VOICE, Lane.AUTOMATION], start=1):
         queue.push(entry(seq, lane))
     assert admit_all(queue) == [1, 2, 3]
@@ -43,7 +61,7 @@ def test_fifo_policy_ignores_lanes() -> None:
 
 def test_lanes_policy_orders_by_lane() -> None:
     """Under lanes (no share, no aging), voice first, background last."""
-    queue = RunQueue(SchedulerSettings(background_share=0, aging_s=0))
+    queue = Queue(SchedulerSettings(background_share=0, aging_s=0))
     for seq, lane in enumerate([Lane.BACKGROUND, Lane.AUTOMATION, Lane.VOICE], start=1):
         queue.push(entry(seq, lane))
     assert admit_all(queue) == [3, 2, 1]
@@ -51,7 +69,7 @@ def test_lanes_policy_orders_by_lane() -> None:
 
 def test_vtc_lift_gives_no_credit_for_idling() -> None:
     """A requester returning after idling starts at the backlog's smallest counter, not at zero."""
-    queue = RunQueue(SchedulerSettings())
+    queue = Queue(SchedulerSettings())
     counters = queue.counters.lane(Lane.AUTOMATION)
     queue.push(entry(1, Lane.AUTOMATION, "busy"))
     counters["busy"] = 500.0
@@ -62,7 +80,7 @@ def test_vtc_lift_gives_no_credit_for_idling() -> None:
 
 def test_voice_preempts_least_advanced_background_only() -> None:
     """With every slot taken, voice preempts the background stream with the least output."""
-    queue = RunQueue(SchedulerSettings(max_sequences=3, headroom=0, background_share=0))
+    queue = Queue(SchedulerSettings(max_sequences=3, headroom=0, background_share=0))
     running = [
         entry(1, Lane.BACKGROUND),
         entry(2, Lane.BACKGROUND),
@@ -85,12 +103,12 @@ def test_voice_preempts_least_advanced_background_only() -> None:
     # A slot is free now: voice is admitted before interactive, nothing is preempted.
     decision = queue.choose(0.0)
     assert isinstance(decision, Admit)
-    assert decision.entry.seq == 4
+    assert decision.request.seq == 4
 
 
 def test_voice_does_not_preempt_when_it_would_not_fit_anyway() -> None:
     """Blocked by the prefill budget that interactive holds, voice preempts nothing."""
-    queue = RunQueue(SchedulerSettings(max_sequences=4, prefill_budget=100, headroom=0))
+    queue = Queue(SchedulerSettings(max_sequences=4, prefill_budget=100, headroom=0))
     for item in (
         entry(1, Lane.INTERACTIVE, prompt=90),
         entry(2, Lane.BACKGROUND, prompt=5),
@@ -103,7 +121,7 @@ def test_voice_does_not_preempt_when_it_would_not_fit_anyway() -> None:
 
 def test_voice_preempts_background_still_in_prefill() -> None:
     """Voice arriving while a long background prompt is in prefill preempts it, even with a free slot."""
-    queue = RunQueue(
+    queue = Queue(
         SchedulerSettings(max_sequences=4, headroom=1, background_share=0).with_lane(
             Lane.BACKGROUND, max_concurrency=4
         )
@@ -123,19 +141,19 @@ def test_voice_preempts_background_still_in_prefill() -> None:
     queue.requeue_front(long_prefill, 0.0)
     decision = queue.choose(0.0)
     assert isinstance(decision, Admit)
-    assert decision.entry.seq == 4
-    queue.start(decision.entry)
+    assert decision.request.seq == 4
+    queue.start(decision.request)
     # While voice streams, the preempted request waits behind the prefill guard.
     assert queue.choose(0.0) is None
-    queue.release(decision.entry)
+    queue.release(decision.request)
     decision = queue.choose(0.0)
     assert isinstance(decision, Admit)
-    assert decision.entry is long_prefill
+    assert decision.request is long_prefill
 
 
 def test_no_prefill_preemption_without_preemption() -> None:
     """With preemption off, a background prompt in prefill keeps its slot."""
-    queue = RunQueue(
+    queue = Queue(
         SchedulerSettings(
             max_sequences=4, headroom=1, preemption=False, background_share=0
         )
@@ -146,12 +164,12 @@ def test_no_prefill_preemption_without_preemption() -> None:
     queue.push(entry(2, Lane.VOICE, "v", prompt=150))
     decision = queue.choose(0.0)
     assert isinstance(decision, Admit)
-    assert decision.entry.seq == 2
+    assert decision.request.seq == 2
 
 
 def test_background_with_voice_cap() -> None:
     """While voice is active, background beyond its cap is preempted, least advanced first."""
-    queue = RunQueue(
+    queue = Queue(
         SchedulerSettings(
             max_sequences=4, headroom=0, background_share=0, background_with_voice=1
         ).with_lane(Lane.BACKGROUND, max_concurrency=4)
@@ -184,9 +202,9 @@ def test_background_with_voice_cap() -> None:
 def test_expiry_uses_the_tighter_of_lane_wait_and_deadline() -> None:
     """A caller's deadline shortens the wait; settings changes recompute it."""
     settings = SchedulerSettings().with_lane(Lane.AUTOMATION, max_wait_s=10.0)
-    queue = RunQueue(settings)
+    queue = Queue(settings)
     first = entry(1, Lane.AUTOMATION)
-    second = Entry(
+    second = QueuedRequest(
         seq=2,
         lane=Lane.AUTOMATION,
         requester="b",
@@ -217,15 +235,74 @@ def test_share_ledger_window() -> None:
 
 def test_lazy_structures_stay_bounded() -> None:
     """Admitted requests do not pile up in the lazily cleaned queues and expiry heap."""
-    queue = RunQueue(SchedulerSettings(max_sequences=1))
+    queue = Queue(SchedulerSettings(max_sequences=1))
     for seq in range(1, 5001):
         queue.push(entry(seq, Lane(seq % 4), requester=f"u{seq % 7}", at=float(seq)))
         decision = queue.choose(float(seq))
         assert isinstance(decision, Admit)
-        queue.start(decision.entry)
-        queue.release(decision.entry)
+        queue.start(decision.request)
+        queue.release(decision.request)
     assert queue.waiting == 0
-    assert len(queue._fifo) == 0
+    assert len(queue._arrival_order) == 0
     assert len(queue._expiry) <= 64
     assert all(len(lane.arrivals) == 0 for lane in queue._lanes)
     assert queue.started_total == queue.released_total == 5000
+
+
+@pytest.mark.parametrize(
+    ("policy", "kind"), [(Policy.LANES, LanesPolicy), (Policy.FIFO, FifoPolicy)]
+)
+def test_factory_builds_the_policy_a_setting_names(
+    policy: Policy, kind: type[object]
+) -> None:
+    """Every policy setting has its own decision-maker, and only that one."""
+    assert set(Policy) == {Policy.LANES, Policy.FIFO}
+    assert type(create_policy(policy)) is kind
+
+
+@pytest.mark.parametrize("policy", list(Policy))
+def test_every_policy_keeps_the_shared_capacity(policy: Policy) -> None:
+    """Both policies stop at max sequences and the prefill budget; a larger request runs alone."""
+    queue = Queue(
+        SchedulerSettings(
+            policy=policy,
+            max_sequences=2,
+            prefill_budget=100,
+            headroom=0,
+            background_share=0,
+            aging_s=0,
+        )
+    )
+    huge = entry(1, Lane.INTERACTIVE, prompt=500)
+    small = entry(2, Lane.INTERACTIVE, "b", prompt=10)
+    queue.push(huge)
+    queue.push(small)
+    assert queue.choose(0.0) == Admit(huge)
+    queue.start(huge)
+    # The budget is spent by the oversized request: nothing else joins it.
+    assert queue.choose(0.0) is None
+    queue.release(huge)
+    assert queue.choose(0.0) == Admit(small)
+    queue.start(small)
+    third, fourth = (
+        entry(seq, Lane.INTERACTIVE, f"r{seq}", prompt=10) for seq in (3, 4)
+    )
+    queue.push(third)
+    queue.push(fourth)
+    assert queue.choose(0.0) == Admit(third)
+    queue.start(third)
+    # Two sequences in flight: the third waits, whatever the policy.
+    assert queue.choose(0.0) is None
+
+
+def test_switching_policy_reorders_the_waiting_requests() -> None:
+    """The same waiting requests go in lane order under lanes and arrival order under fifo."""
+    lanes = SchedulerSettings(background_share=0, aging_s=0)
+    queue = Queue(lanes)
+    for seq, lane in enumerate([Lane.BACKGROUND, Lane.AUTOMATION, Lane.VOICE], start=1):
+        queue.push(entry(seq, lane, f"r{seq}"))
+    decision = queue.choose(0.0)
+    assert isinstance(decision, Admit)
+    assert decision.request.seq == 3
+    queue.update_settings(replace(lanes, policy=Policy.FIFO))
+    assert admit_all(queue) == [1, 2, 3]

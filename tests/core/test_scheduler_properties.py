@@ -83,7 +83,7 @@ async def _run_workload(
     scheduler = Scheduler(backend, settings, clock=clock)
     finished: list[FinishedRequest] = []
     scheduler.add_listener(finished.append)
-    queue = scheduler._queue
+    queue = scheduler._state
     budget = settings.prefill_budget
 
     def check(_: ServerStream) -> None:

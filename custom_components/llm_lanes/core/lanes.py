@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from .errors import LimitExceededError
+
 
 class Lane(IntEnum):
     """Priority class of a request; a lower value is served first."""
@@ -53,6 +55,20 @@ class LaneLimits:
     """Time-to-first-token objective used for goodput."""
     itl_slo_s: float
     """Inter-token-latency objective (p95 of one request's gaps) used for goodput."""
+
+    def refusal(
+        self, lane: Lane, *, prompt_tokens: int, output_tokens: int
+    ) -> LimitExceededError | None:
+        """Return the error for a request of ``lane`` that breaks a limit (None if none)."""
+        for limit, value, maximum in (
+            ("max_output_tokens", output_tokens, self.max_output_tokens),
+            ("max_prompt_tokens", prompt_tokens, self.max_prompt_tokens),
+        ):
+            if value > maximum:
+                return LimitExceededError(
+                    lane=lane.key, limit=limit, value=value, maximum=maximum
+                )
+        return None
 
 
 DEFAULT_LANE_LIMITS: dict[Lane, LaneLimits] = {

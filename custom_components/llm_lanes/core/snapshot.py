@@ -1,16 +1,20 @@
 """Immutable views of the scheduler's state and of finished requests, for entities and events.
 
 These are the contract between the engine and the Home Assistant adapters: cheap to take, never
-mutated after creation, free of prompt text.
+mutated after creation, free of prompt text. ``build_snapshot`` takes one from the scheduler's
+state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .backends.base import TokenUsage, ToolCall
 from .lanes import Lane
+from .metrics import GroupStats
+from .quotas import QuotaLedger
+from .run_state import QueuedRequest, RunState
 from .settings import SchedulerSettings
 
 
@@ -147,3 +151,118 @@ class GenerateResult:
     finish_reason: str | None
     usage: TokenUsage
     finished: FinishedRequest
+
+
+def build_snapshot(
+    now: float,
+    *,
+    settings: SchedulerSettings,
+    window_s: float,
+    state: RunState,
+    live: Iterable[QueuedRequest],
+    lane_stats: Mapping[Lane, GroupStats],
+    requester_stats: Mapping[str, GroupStats],
+    quotas: QuotaLedger,
+) -> SchedulerSnapshot:
+    """Take a snapshot of a scheduler's state and its sliding-window metrics.
+
+    ``live`` holds the requests still in the scheduler (waiting or running).
+    """
+    lanes: dict[Lane, LaneSnapshot] = {}
+    finished = good = 0
+    finished_total = rejected_total = preemptions_total = 0
+    output_rate = prompt_rate = 0.0
+    for lane in Lane:
+        stats = lane_stats[lane]
+        view = stats.view(now, window_s)
+        finished += view.finished_in_window
+        good += view.good_in_window
+        finished_total += stats.finished_total
+        rejected_total += stats.rejected_total
+        preemptions_total += stats.preemptions_total
+        output_rate += view.output_tok_s
+        prompt_rate += view.prompt_tok_s
+        lanes[lane] = LaneSnapshot(
+            lane=lane,
+            queue_depth=state.queued(lane),
+            in_flight=state.running_by_lane[lane],
+            finished_in_window=view.finished_in_window,
+            finished_total=stats.finished_total,
+            rejected_total=stats.rejected_total,
+            preemptions_total=stats.preemptions_total,
+            ttft_p50_s=view.ttft.p50,
+            ttft_p90_s=view.ttft.p90,
+            ttft_p95_s=view.ttft.p95,
+            ttft_p99_s=view.ttft.p99,
+            itl_p50_s=view.itl.p50,
+            itl_p90_s=view.itl.p90,
+            itl_p95_s=view.itl.p95,
+            itl_p99_s=view.itl.p99,
+            e2e_p50_s=view.e2e.p50,
+            e2e_p90_s=view.e2e.p90,
+            e2e_p95_s=view.e2e.p95,
+            e2e_p99_s=view.e2e.p99,
+            queue_wait_p50_s=view.queue_wait.p50,
+            queue_wait_p90_s=view.queue_wait.p90,
+            queue_wait_p95_s=view.queue_wait.p95,
+            queue_wait_p99_s=view.queue_wait.p99,
+            goodput=view.goodput,
+            good_per_s=view.good_per_s,
+            prompt_tokens_total=stats.prompt_tokens_total,
+            output_tokens_total=stats.output_tokens_total,
+            output_tok_s=view.output_tok_s,
+            prompt_tok_s=view.prompt_tok_s,
+        )
+    waiting: dict[str, int] = {}
+    running: dict[str, int] = {}
+    for request in live:
+        if request.waiting:
+            waiting[request.requester] = waiting.get(request.requester, 0) + 1
+        elif request.running:
+            running[request.requester] = running.get(request.requester, 0) + 1
+    requesters: dict[str, RequesterSnapshot] = {}
+    for name in {*requester_stats, *quotas.requesters()}:
+        stats = requester_stats.get(name) or GroupStats()
+        view = stats.view(now, window_s)
+        requesters[name] = RequesterSnapshot(
+            requester=name,
+            prompt_tokens_total=stats.prompt_tokens_total,
+            output_tokens_total=stats.output_tokens_total,
+            tokens_last_24h=quotas.used(name, now),
+            virtual_counter=state.counters.total(name),
+            quota_tokens=settings.quota_for(name),
+            queue_depth=waiting.get(name, 0),
+            in_flight=running.get(name, 0),
+            finished_total=stats.finished_total,
+            rejected_total=stats.rejected_total,
+            preemptions_total=stats.preemptions_total,
+            finished_in_window=view.finished_in_window,
+            queue_wait_p50_s=view.queue_wait.p50,
+            queue_wait_p95_s=view.queue_wait.p95,
+            ttft_p50_s=view.ttft.p50,
+            ttft_p95_s=view.ttft.p95,
+            itl_p50_s=view.itl.p50,
+            itl_p95_s=view.itl.p95,
+            e2e_p50_s=view.e2e.p50,
+            e2e_p95_s=view.e2e.p95,
+            goodput=view.goodput,
+            output_tok_s=view.output_tok_s,
+        )
+    background, total = state.share.shares(now)
+    return SchedulerSnapshot(
+        taken_at=now,
+        settings=settings,
+        lanes=lanes,
+        requesters=requesters,
+        queue_depth=state.waiting,
+        in_flight=state.in_flight,
+        prompt_tokens_in_flight=state.prompt_in_flight,
+        output_tok_s=output_rate,
+        prompt_tok_s=prompt_rate,
+        goodput=good / finished if finished else None,
+        rejected_total=rejected_total,
+        preemptions_total=preemptions_total,
+        window_s=window_s,
+        background_service_share=background / total if total > 0 else None,
+        finished_total=finished_total,
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -99,6 +99,36 @@ class StreamChunk:
     done: bool = False
     finish_reason: str | None = None
     usage: TokenUsage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """A whole answer, gathered from its stream chunks."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    usage: TokenUsage | None = None
+
+    @classmethod
+    def of(cls, chunks: Iterable[StreamChunk]) -> Answer:
+        """Join the chunks' text and tool calls; the final chunk gives reason and usage."""
+        parts: list[str] = []
+        tool_calls: list[ToolCall] = []
+        finish_reason: str | None = None
+        usage: TokenUsage | None = None
+        for chunk in chunks:
+            parts.append(chunk.text)
+            tool_calls.extend(chunk.tool_calls)
+            if chunk.done:
+                finish_reason = chunk.finish_reason
+                usage = chunk.usage
+        return cls(
+            text="".join(parts),
+            tool_calls=tuple(tool_calls),
+            finish_reason=finish_reason,
+            usage=usage,
+        )
 
 
 def server_unique_id(kind: ServerKind, base_url: str) -> str:

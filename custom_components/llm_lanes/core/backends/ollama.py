@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from ..errors import BackendError, MalformedStreamError, StreamClosedError
+from ..tokens import estimate_prompt_tokens
 from .base import (
     Backend,
     BackendTimeouts,
@@ -23,7 +24,6 @@ from .base import (
     ToolCall,
     server_unique_id,
 )
-from ..tokens import estimate_prompt_tokens
 from .transport import HttpClient, http_error
 
 _LOGGER = logging.getLogger(__name__)

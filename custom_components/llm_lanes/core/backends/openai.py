@@ -23,6 +23,7 @@ from ..errors import (
     MalformedStreamError,
     StreamClosedError,
 )
+from ..tokens import estimate_prompt_tokens
 from .base import (
     Backend,
     BackendTimeouts,
@@ -36,7 +37,6 @@ from .base import (
     ToolCall,
     server_unique_id,
 )
-from ..tokens import estimate_prompt_tokens
 from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
 from .transport import HttpClient, http_error
 

@@ -4,7 +4,7 @@
 
 Prints the median cost of
 
-- **choose-next**: ``RunQueue.choose`` with ``--queued`` requests waiting over ``--requesters``
+- **choose-next**: the ``lanes`` policy's ``choose`` with ``--queued`` requests waiting over ``--requesters``
   requesters in the four lanes (aging, background share and fairness counters all in play; after
   each choice the request is started, charged, released and replaced, so the queue stays full and
   the counters keep moving);
@@ -35,9 +35,10 @@ from ..backends.base import (
     StreamChunk,
 )
 from ..lanes import Lane
-from ..policy import Admit, Entry, RunQueue
+from ..policy import Admit, create_policy
+from ..run_state import QueuedRequest, RunState
 from ..scheduler import Scheduler
-from ..settings import SchedulerSettings
+from ..settings import Policy, SchedulerSettings
 
 CHOOSE_TARGET_US = 50.0
 TOKEN_TARGET_US = 5.0
@@ -51,16 +52,17 @@ def bench_choose(
     """Time ``choose`` (microseconds per call) on a full queue."""
     rng = random.Random(seed)
     settings = SchedulerSettings(max_sequences=4, headroom=1, aging_s=30.0)
-    queue = RunQueue(settings)
+    state = RunState(settings)
+    policy = create_policy(Policy.LANES)
     lanes = tuple(Lane)
     names = [f"user{index}" for index in range(requesters)]
     start = 1000.0
     seq = 0
 
-    def new_entry(now: float) -> Entry:
+    def new_request(now: float) -> QueuedRequest:
         nonlocal seq
         seq += 1
-        return Entry(
+        return QueuedRequest(
             seq=seq,
             lane=rng.choice(lanes),
             requester=rng.choice(names),
@@ -69,25 +71,25 @@ def bench_choose(
         )
 
     for index in range(queued):
-        queue.push(new_entry(start + 100.0 * index / queued))
+        state.push(new_request(start + 100.0 * index / queued))
     now = start + 100.0
     timings: list[float] = []
     for _ in range(iterations):
         before = time.perf_counter_ns()
-        decision = queue.choose(now)
+        decision = policy.choose(state, now)
         after = time.perf_counter_ns()
         timings.append((after - before) / 1000)
         assert isinstance(decision, Admit)
-        entry = decision.entry
-        queue.start(entry)
-        counters = queue.counters.lane(entry.lane)
-        counters[entry.requester] += entry.prompt_tokens + 2 * rng.randint(1, 400)
-        queue.share.add(
-            now, entry.prompt_tokens, background=entry.lane is Lane.BACKGROUND
+        request = decision.request
+        state.start(request)
+        counters = state.counters.lane(request.lane)
+        counters[request.requester] += request.prompt_tokens + 2 * rng.randint(1, 400)
+        state.share.add(
+            now, request.prompt_tokens, background=request.lane is Lane.BACKGROUND
         )
-        queue.release(entry)
+        state.release(request)
         now += 0.001
-        queue.push(new_entry(now))
+        state.push(new_request(now))
     return timings
 
 
@@ -133,7 +135,7 @@ async def _bench_token(batches: int) -> list[float]:
     waiter = asyncio.ensure_future(anext(stream))
     await asyncio.sleep(0)
     (ticket,) = scheduler._tickets.values()  # noqa: SLF001 - the real admitted request
-    account = scheduler._account  # noqa: SLF001 - the per-token path under test
+    account = scheduler._accounting.charge_chunk  # noqa: SLF001 - the per-token path under test
     chunk = StreamChunk(text="word", output_tokens=1)
     timings: list[float] = []
     for _ in range(batches):

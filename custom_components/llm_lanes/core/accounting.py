@@ -1,0 +1,142 @@
+"""What a request is charged for the service it gets, as it gets it.
+
+Prompt tokens are charged when an attempt is admitted, output tokens as they stream, and both are
+reconciled with the server's own counts when the answer is done. A charge goes to the requester's
+Virtual Token Counter (weighted: ``input_weight`` per prompt token, ``output_weight`` per output
+token), to the background share's ledger, and to the lane's and the requester's metrics. When the
+request leaves, its tokens count against the requester's daily quota (if it was admitted) and its
+record joins the sliding-window statistics.
+
+Charging a streamed token is on the hot path: a few additions, no allocation but the gap sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .backends.base import StreamChunk, TokenUsage
+from .errors import QueueTimeoutError
+from .lanes import Lane
+from .quotas import QuotaLedger
+from .run_state import ShareLedger
+from .settings import SchedulerSettings
+from .snapshot import FinishedRequest
+from .ticket import Ticket
+
+
+class Accounting:
+    """Charges requests on their tickets and on the server-wide ledgers."""
+
+    __slots__ = ("_w_in", "_w_out", "_window_s", "quotas", "share")
+
+    def __init__(
+        self,
+        settings: SchedulerSettings,
+        *,
+        share: ShareLedger,
+        quotas: QuotaLedger,
+        window_s: float,
+    ) -> None:
+        """Charge with the weights of ``settings`` into these ledgers."""
+        self.share = share
+        self.quotas = quotas
+        self._window_s = window_s
+        self._w_in = settings.input_weight
+        self._w_out = settings.output_weight
+
+    def update_settings(self, settings: SchedulerSettings) -> None:
+        """Charge with new weights from now on."""
+        self._w_in = settings.input_weight
+        self._w_out = settings.output_weight
+
+    def charge_prompt(self, ticket: Ticket, now: float) -> None:
+        """Charge the prompt of an attempt being admitted."""
+        queued = ticket.queued
+        tokens = queued.prompt_tokens
+        ticket.attempt_prompt = tokens
+        ticket.attempt_output = 0
+        weight = self._w_in * tokens
+        ticket.counters[queued.requester] += weight
+        self.share.add(now, weight, background=queued.lane is Lane.BACKGROUND)
+        ticket.lane_stats.prompt_rate.add(now, tokens, self._window_s)
+        ticket.requester_stats.prompt_rate.add(now, tokens, self._window_s)
+
+    def charge_chunk(self, ticket: Ticket, chunk: StreamChunk, now: float) -> None:
+        """Charge one streamed chunk: fairness counter, background share, rates, gaps."""
+        tokens = chunk.output_tokens
+        if tokens:
+            queued = ticket.queued
+            queued.output_tokens += tokens
+            ticket.attempt_output += tokens
+            weight = tokens * self._w_out
+            ticket.counters[queued.requester] += weight
+            self.share.add(now, weight, background=queued.lane is Lane.BACKGROUND)
+            ticket.lane_stats.output_rate.add(now, tokens, self._window_s)
+            ticket.requester_stats.output_rate.add(now, tokens, self._window_s)
+        if tokens or chunk.text or chunk.tool_calls:
+            ticket.queued.prefilling = False
+            last = ticket.last_token_at
+            if last is None:
+                ticket.first_token_at = now
+            else:
+                gap = now - last
+                ticket.gaps.append(gap)
+                ticket.lane_stats.itl.add(now, gap)
+                ticket.requester_stats.itl.add(now, gap)
+            ticket.last_token_at = now
+        if chunk.text:
+            ticket.parts.append(chunk.text)
+
+    def settle(self, ticket: Ticket, chunk: StreamChunk) -> StreamChunk:
+        """Reconcile the estimates with the server's usage; give the final chunk whole-request usage."""
+        usage = chunk.usage
+        if usage is not None and usage.source == "server":
+            adjust_prompt = usage.prompt_tokens - ticket.attempt_prompt
+            adjust_output = usage.output_tokens - ticket.attempt_output
+            ticket.output_adjust += adjust_output
+            correction = self._w_in * adjust_prompt + self._w_out * adjust_output
+            if correction:
+                ticket.counters[ticket.queued.requester] += correction
+            ticket.token_source = "server"
+            if ticket.preemptions == 0:
+                ticket.usage_prompt = usage.prompt_tokens
+        if usage is not None and ticket.preemptions == 0:
+            return chunk
+        return replace(
+            chunk,
+            usage=TokenUsage(
+                ticket.prompt_tokens,
+                ticket.output_tokens,
+                "server" if ticket.token_source == "server" else "estimate",
+            ),
+        )
+
+    def charge_finished(
+        self, ticket: Ticket, record: FinishedRequest, now: float
+    ) -> None:
+        """Count a request that left: its quota use (if admitted) and its statistics."""
+        admitted = ticket.admitted_at is not None
+        if admitted:
+            self.quotas.charge(
+                record.requester, record.prompt_tokens + record.output_tokens, now
+            )
+        timed_out = record.error == QueueTimeoutError.__name__
+        for stats in (ticket.lane_stats, ticket.requester_stats):
+            stats.record_finished(
+                now,
+                counts_for_goodput=record.outcome in {"ok", "error"},
+                good=record.met_objectives,
+                queue_wait_s=record.queue_wait_s,
+                ttft_s=record.ttft_s,
+                e2e_s=record.e2e_s,
+                prompt_tokens=record.prompt_tokens if admitted else 0,
+                output_tokens=record.output_tokens,
+            )
+            if timed_out:
+                stats.rejected_total += 1
+
+    @staticmethod
+    def charge_rejected(ticket: Ticket) -> None:
+        """Count a request refused at the door."""
+        ticket.lane_stats.rejected_total += 1
+        ticket.requester_stats.rejected_total += 1

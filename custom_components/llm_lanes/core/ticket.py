@@ -1,0 +1,186 @@
+"""One request inside the scheduler: its ticket, and the channel its answer reaches the caller by.
+
+A ticket lives from submission to the request's end, across every attempt (a preempted request
+is resumed on the same ticket). Its ``finished`` record is the one place a ``FinishedRequest``
+is built, for requests that ran as for those refused at the door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from .backends.base import ChatRequest, StreamChunk
+from .lanes import LaneLimits
+from .metrics import GroupStats, request_itl_p95
+from .run_state import QueuedRequest
+from .snapshot import FinishedRequest
+
+
+class ChunkChannel:
+    """Chunks (or a backend error) from the pumps to the caller, in order; ``fail`` jumps the line."""
+
+    __slots__ = ("_error", "_items", "_waiter")
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._items: deque[StreamChunk | BaseException] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._error: BaseException | None = None
+
+    def put(self, item: StreamChunk | BaseException) -> None:
+        """Hand the caller a chunk, or an error it raises after the chunks before it."""
+        self._items.append(item)
+        self._wake()
+
+    def fail(self, error: BaseException) -> None:
+        """Make the caller's next read raise ``error``, ahead of anything still queued."""
+        if self._error is None:
+            self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> StreamChunk:
+        """Wait for the next chunk (raising the error put or failed in its place)."""
+        while True:
+            if self._error is not None:
+                raise self._error
+            if self._items:
+                item = self._items.popleft()
+                if isinstance(item, BaseException):
+                    raise item
+                return item
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+
+class Ticket:
+    """Everything the scheduler tracks about one request between submission and its end."""
+
+    __slots__ = (
+        "admitted_at",
+        "arrived_at",
+        "attempt_live",
+        "attempt_output",
+        "attempt_prompt",
+        "attempts",
+        "channel",
+        "counters",
+        "first_token_at",
+        "gaps",
+        "lane_stats",
+        "last_token_at",
+        "left_queue_at",
+        "original_prompt",
+        "output_adjust",
+        "parts",
+        "preemptions",
+        "pump",
+        "queued",
+        "record",
+        "request",
+        "requester_stats",
+        "sink",
+        "token_source",
+        "usage_prompt",
+    )
+
+    def __init__(
+        self,
+        *,
+        queued: QueuedRequest,
+        request: ChatRequest,
+        counters: dict[str, float],
+        lane_stats: GroupStats,
+        requester_stats: GroupStats,
+        sink: list[FinishedRequest] | None,
+    ) -> None:
+        """Open a ticket for a request as it arrives."""
+        self.queued = queued
+        """Its place in the run state (what the policy sees)."""
+        self.request = request
+        self.arrived_at = queued.enqueued_at
+        self.original_prompt = queued.prompt_tokens
+        self.counters = counters
+        """The fairness counters of its lane (charged per token)."""
+        self.lane_stats = lane_stats
+        self.requester_stats = requester_stats
+        self.sink = sink
+        """Where ``generate`` collects the finished record (None for streams)."""
+        self.channel = ChunkChannel()
+        self.admitted_at: float | None = None
+        self.left_queue_at: float | None = None
+        """When it timed out of the queue (its wait ends there, not when the caller notices)."""
+        self.first_token_at: float | None = None
+        self.last_token_at: float | None = None
+        self.gaps: list[float] = []
+        self.parts: list[str] = []
+        """The text streamed so far (sent back as the assistant prefix after a preemption)."""
+        self.attempts = 0
+        self.attempt_live: int | None = None
+        """The attempt whose pump may still deliver chunks (None: none may)."""
+        self.attempt_prompt = 0
+        self.attempt_output = 0
+        self.output_adjust = 0
+        """Server-reported output tokens minus those counted while streaming."""
+        self.usage_prompt: int | None = None
+        self.token_source = "estimate"
+        self.preemptions = 0
+        self.pump: asyncio.Task[None] | None = None
+        self.record: FinishedRequest | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The request's prompt tokens: the server's count when it gave one, else the estimate."""
+        return (
+            self.usage_prompt if self.usage_prompt is not None else self.original_prompt
+        )
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens over all attempts, corrected by the server's counts."""
+        return self.queued.output_tokens + self.output_adjust
+
+    def finished(
+        self, now: float, outcome: str, error: str | None, limits: LaneLimits
+    ) -> FinishedRequest:
+        """Return the request's record as it leaves the scheduler; a rejected one met no objective."""
+        queued = self.queued
+        ttft = (
+            None
+            if self.first_token_at is None
+            else self.first_token_at - self.arrived_at
+        )
+        itl_p95 = request_itl_p95(self.gaps)
+        queue_left = now
+        if self.admitted_at is not None:
+            queue_left = self.admitted_at
+        elif self.left_queue_at is not None:
+            queue_left = self.left_queue_at
+        return FinishedRequest(
+            request_id=f"{queued.seq}",
+            lane=queued.lane,
+            requester=queued.requester,
+            outcome=outcome,
+            error=error,
+            queue_wait_s=queue_left - self.arrived_at,
+            ttft_s=ttft,
+            itl_p95_s=itl_p95,
+            itl_max_s=max(self.gaps) if self.gaps else None,
+            e2e_s=now - self.arrived_at,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            token_source=self.token_source,
+            preemptions=self.preemptions,
+            met_ttft=ttft is not None and ttft <= limits.ttft_slo_s,
+            met_itl=outcome != "rejected"
+            and (itl_p95 is None or itl_p95 <= limits.itl_slo_s),
+        )

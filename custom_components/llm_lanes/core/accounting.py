@@ -17,29 +17,39 @@ from dataclasses import replace
 from .backends.base import StreamChunk, TokenUsage
 from .errors import QueueTimeoutError
 from .lanes import Lane
+from .metrics import GroupStats
 from .quotas import QuotaLedger
 from .run_state import ShareLedger
 from .settings import SchedulerSettings
 from .snapshot import FinishedRequest
 from .ticket import Ticket
 
+REQUESTER_MAX_SAMPLES = 1_000
+"""Samples kept per requester and window (lanes keep more), so snapshots stay cheap with many."""
+
 
 class Accounting:
-    """Charges requests on their tickets and on the server-wide ledgers."""
+    """Charges requests on their tickets, the ledgers and the statistics of one server."""
 
-    __slots__ = ("_w_in", "_w_out", "_window_s", "quotas", "share")
+    __slots__ = (
+        "_w_in",
+        "_w_out",
+        "_window_s",
+        "lane_stats",
+        "quotas",
+        "requester_stats",
+        "share",
+    )
 
     def __init__(
-        self,
-        settings: SchedulerSettings,
-        *,
-        share: ShareLedger,
-        quotas: QuotaLedger,
-        window_s: float,
+        self, settings: SchedulerSettings, *, share: ShareLedger, window_s: float
     ) -> None:
-        """Charge with the weights of ``settings`` into these ledgers."""
+        """Charge with the weights of ``settings``; ``share`` is the policy's share ledger."""
         self.share = share
-        self.quotas = quotas
+        self.quotas = QuotaLedger()
+        """Tokens per requester over the last 24 hours."""
+        self.lane_stats = {lane: GroupStats() for lane in Lane}
+        self.requester_stats: dict[str, GroupStats] = {}
         self._window_s = window_s
         self._w_in = settings.input_weight
         self._w_out = settings.output_weight
@@ -48,6 +58,13 @@ class Accounting:
         """Charge with new weights from now on."""
         self._w_in = settings.input_weight
         self._w_out = settings.output_weight
+
+    def stats_of(self, requester: str) -> GroupStats:
+        """Return a requester's statistics (created at its first request)."""
+        stats = self.requester_stats.get(requester)
+        if stats is None:
+            stats = self.requester_stats[requester] = GroupStats(REQUESTER_MAX_SAMPLES)
+        return stats
 
     def charge_prompt(self, ticket: Ticket, now: float) -> None:
         """Charge the prompt of an attempt being admitted."""
@@ -136,7 +153,14 @@ class Accounting:
                 stats.rejected_total += 1
 
     @staticmethod
-    def charge_rejected(ticket: Ticket) -> None:
+    def count_rejected(ticket: Ticket) -> None:
         """Count a request refused at the door."""
         ticket.lane_stats.rejected_total += 1
         ticket.requester_stats.rejected_total += 1
+
+    @staticmethod
+    def count_preempted(ticket: Ticket) -> None:
+        """Count a preemption of the request."""
+        ticket.preemptions += 1
+        ticket.lane_stats.preemptions_total += 1
+        ticket.requester_stats.preemptions_total += 1

@@ -46,9 +46,7 @@ from .errors import (
     StreamClosedError,
 )
 from .lanes import Lane
-from .metrics import GroupStats
 from .policy import Preempt, create_policy
-from .quotas import QuotaLedger
 from .run_state import QueuedRequest, RunState
 from .settings import QuotaAction, SchedulerSettings
 from .snapshot import FinishedRequest, GenerateResult, SchedulerSnapshot, build_snapshot
@@ -61,8 +59,6 @@ type Listener = Callable[[FinishedRequest], None]
 
 DEFAULT_WINDOW_S = 300.0
 """Sliding window of the metrics in snapshots."""
-REQUESTER_MAX_SAMPLES = 1_000
-"""Samples kept per requester and window (lanes keep more), so snapshots stay cheap with many."""
 
 
 class Scheduler:
@@ -93,14 +89,8 @@ class Scheduler:
         self._tickets: dict[int, Ticket] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._lane_stats = {lane: GroupStats() for lane in Lane}
-        self._requester_stats: dict[str, GroupStats] = {}
-        self._quotas = QuotaLedger()
         self._accounting = Accounting(
-            self._settings,
-            share=self._state.share,
-            quotas=self._quotas,
-            window_s=window_s,
+            self._settings, share=self._state.share, window_s=window_s
         )
         self._pumps: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -198,9 +188,9 @@ class Scheduler:
             window_s=self._window_s,
             state=self._state,
             live=(ticket.queued for ticket in self._tickets.values()),
-            lane_stats=self._lane_stats,
-            requester_stats=self._requester_stats,
-            quotas=self._quotas,
+            lane_stats=self._accounting.lane_stats,
+            requester_stats=self._accounting.requester_stats,
+            quotas=self._accounting.quotas,
         )
 
     def tick(self) -> None:
@@ -304,12 +294,12 @@ class Scheduler:
             ),
             request=replace(request, max_tokens=max_tokens, priority=int(run_lane)),
             counters=self._state.counters.lane(run_lane),
-            lane_stats=self._lane_stats[run_lane],
-            requester_stats=self._stats_of(requester),
+            lane_stats=self._accounting.lane_stats[run_lane],
+            requester_stats=self._accounting.stats_of(requester),
             sink=sink,
         )
         if error is not None:
-            self._accounting.charge_rejected(ticket)
+            self._accounting.count_rejected(ticket)
             limits = self._settings.lanes[run_lane]
             self._emit(
                 ticket.finished(now, "rejected", type(error).__name__, limits), sink
@@ -333,7 +323,7 @@ class Scheduler:
         if breach is not None:
             return lane, breach
         quota = settings.quota_for(requester)
-        used = self._quotas.used(requester, now) if quota > 0 else 0
+        used = self._accounting.quotas.used(requester, now) if quota > 0 else 0
         if quota > 0 and used >= quota:
             if settings.quota_action is QuotaAction.REJECT:
                 return lane, QuotaExceededError(
@@ -396,25 +386,14 @@ class Scheduler:
         if ticket.admitted_at is None:
             ticket.admitted_at = now
         self._accounting.charge_prompt(ticket, now)
-        request = ticket.request
-        if ticket.preemptions:
-            assert request.max_tokens is not None  # set at submission
-            remaining = request.max_tokens - queued.output_tokens
-            if remaining <= 0:
-                # Preempted right after its last token: nothing is left to generate.
-                self._state.release(queued)
-                ticket.attempt_live = None
-                ticket.channel.put(
-                    self._accounting.settle(
-                        ticket, StreamChunk(done=True, finish_reason="length")
-                    )
-                )
-                return
-            request = replace(
-                request,
-                assistant_prefix=request.assistant_prefix + "".join(ticket.parts),
-                max_tokens=remaining,
-            )
+        request = ticket.next_attempt()
+        if request is None:
+            # Preempted right after its last token: nothing is left to generate.
+            self._state.release(queued)
+            ticket.attempt_live = None
+            final = StreamChunk(done=True, finish_reason="length")
+            ticket.channel.put(self._accounting.settle(ticket, final))
+            return
         assert self._loop is not None  # set by the first submission
         task = self._loop.create_task(
             self._pump(ticket, ticket.attempts, request),
@@ -432,11 +411,8 @@ class Scheduler:
         if ticket.pump is not None:
             ticket.pump.cancel()
             ticket.pump = None
-        ticket.preemptions += 1
-        ticket.lane_stats.preemptions_total += 1
-        ticket.requester_stats.preemptions_total += 1
-        # The kept output is prompt for the next attempt.
-        queued.prompt_tokens = ticket.original_prompt + queued.output_tokens
+        self._accounting.count_preempted(ticket)
+        ticket.requeued()
         self._state.requeue_front(queued, now)
         _LOGGER.debug(
             "preempted request %s after %s tokens", queued.seq, queued.output_tokens
@@ -520,9 +496,3 @@ class Scheduler:
                 listener(record)
             except Exception:
                 _LOGGER.exception("listener for finished requests failed")
-
-    def _stats_of(self, requester: str) -> GroupStats:
-        stats = self._requester_stats.get(requester)
-        if stats is None:
-            stats = self._requester_stats[requester] = GroupStats(REQUESTER_MAX_SAMPLES)
-        return stats

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from dataclasses import replace
 
 from .backends.base import ChatRequest, StreamChunk
 from .lanes import LaneLimits
@@ -136,6 +137,29 @@ class Ticket:
         self.preemptions = 0
         self.pump: asyncio.Task[None] | None = None
         self.record: FinishedRequest | None = None
+
+    def next_attempt(self) -> ChatRequest | None:
+        """Return what the next attempt sends; None when nothing is left to generate.
+
+        After a preemption it resumes: the text kept so far is the assistant prefix, and only
+        the output tokens left are asked for.
+        """
+        request = self.request
+        if not self.preemptions:
+            return request
+        assert request.max_tokens is not None  # set at submission
+        remaining = request.max_tokens - self.queued.output_tokens
+        if remaining <= 0:
+            return None
+        return replace(
+            request,
+            assistant_prefix=request.assistant_prefix + "".join(self.parts),
+            max_tokens=remaining,
+        )
+
+    def requeued(self) -> None:
+        """Take the kept output as prompt for the next attempt (after a preemption)."""
+        self.queued.prompt_tokens = self.original_prompt + self.queued.output_tokens
 
     @property
     def prompt_tokens(self) -> int:

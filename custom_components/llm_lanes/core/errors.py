@@ -1,10 +1,14 @@
-"""Typed errors of the engine.
+"""Typed errors of the engine, and the typed error for an error a server answers with.
 
 Each carries a ``translation_key`` and placeholders so the integration can turn it into a
 translated Home Assistant error without string matching.
 """
 
 from __future__ import annotations
+
+import json
+
+_BODY_EXCERPT = 300
 
 
 class LanesError(Exception):
@@ -175,3 +179,55 @@ class StreamClosedError(BackendError):
     """The server closed the stream before it said it was done."""
 
     translation_key = "stream_closed"
+
+
+def error_text(body: str) -> str:
+    """Pull the human message out of an error body (Ollama, OpenAI and llama.cpp shapes)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.strip()[:_BODY_EXCERPT]
+    if isinstance(data, dict):
+        error = data.get("error", data.get("detail", data.get("message")))
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            return str(error)[:_BODY_EXCERPT]
+    return body.strip()[:_BODY_EXCERPT]
+
+
+def http_error(
+    status: int, body: str, *, url: str, model: str | None = None
+) -> BackendHTTPError:
+    """Build the typed error for an HTTP error status."""
+    detail = error_text(body)
+    lowered = detail.lower()
+    kind: type[BackendHTTPError] = BackendHTTPError
+    message = f"the server at {url} answered HTTP {status}: {detail or 'no details'}"
+    if status in (401, 403):
+        kind = AuthError
+        message = f"the server at {url} refused the request (HTTP {status}): {detail or 'check the API key'}"
+    elif status in (429, 503):
+        kind = ServerBusyError
+        message = f"the server at {url} is busy (HTTP {status}): {detail or 'try again later'}"
+    elif status == 404 and model is not None and ("model" in lowered or not detail):
+        kind = ModelNotFoundError
+        message = f"model {model!r} is not available on the server at {url}: {detail or 'not found'}"
+    elif status in (400, 500) and (
+        "jinja" in lowered or ("tool" in lowered and "support" in lowered)
+    ):
+        kind = ToolsUnsupportedError
+        message = f"the server at {url} cannot use tools (start llama-server with --jinja): {detail}"
+    return kind(message, status=status, body=detail)
+
+
+# --- wire formats ------------------------------------------------------------------------------
+
+
+class InvalidRequestError(LanesError):
+    """A request in a wire format (OpenAI, Ollama) is malformed; ``field`` names the bad part."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        """Say which field is wrong and how, e.g. ``messages[1].role: must be a string``."""
+        super().__init__(f"{field}: {problem}", field=field)
+        self.field = field

@@ -66,6 +66,9 @@ class ChatRequest:
     stop: tuple[str, ...] = ()
     json_schema: dict[str, Any] | None = None
     """Ask for structured output that matches this schema."""
+    json_mode: bool = False
+    """Ask for a JSON object without a schema (OpenAI ``json_object``, Ollama ``format: "json"``);
+    ``json_schema`` wins when both are set."""
     assistant_prefix: str = ""
     """Resume after preemption: the answer so far, sent back as the final assistant message so
     the server continues it. Chunks then carry only the new text."""

@@ -1,115 +1,33 @@
-"""Ollama's native API: ``/api/chat`` streamed as NDJSON, ``/api/ps`` for what is loaded."""
+"""Ollama's native API: ``/api/chat`` streamed as NDJSON, ``/api/ps`` for what is loaded.
+
+The wire format of chat (the body, the lines, tool calls, counts) is ``core.protocols.ollama``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-import json
 import logging
 from typing import Any
 
 import aiohttp
 
-from ..errors import BackendError, MalformedStreamError, StreamClosedError
-from ..tokens import estimate_prompt_tokens
+from ..protocols.ollama import CHAT_PATH, StreamDecoder, chat_body
 from .base import (
     Backend,
     BackendTimeouts,
-    ChatMessage,
     ChatRequest,
     ServerInfo,
     ServerKind,
     ServerMetrics,
     StreamChunk,
-    TokenUsage,
-    ToolCall,
     server_unique_id,
 )
-from .transport import HttpClient, http_error
+from .transport import HttpClient
 
 _LOGGER = logging.getLogger(__name__)
 
 KEEP_ALIVE_FOREVER = -1
 """Ollama ``keep_alive`` that keeps a model resident until the server stops."""
-
-
-def ollama_message(message: ChatMessage) -> dict[str, Any]:
-    """Convert a message to Ollama's shape (tool call arguments are objects, not strings)."""
-    data: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        data["tool_calls"] = [
-            {"function": {"name": call.name, "arguments": call.arguments}}
-            for call in message.tool_calls
-        ]
-    if message.role == "tool" and message.name:
-        data["tool_name"] = message.name
-    return data
-
-
-def ollama_chat_body(
-    request: ChatRequest, keep_alive: int | str | None
-) -> dict[str, Any]:
-    """Build the ``/api/chat`` body for a request."""
-    messages = [ollama_message(message) for message in request.messages]
-    if request.assistant_prefix:
-        # Ollama continues a final assistant message instead of starting a new one.
-        messages.append({"role": "assistant", "content": request.assistant_prefix})
-    options: dict[str, Any] = {}
-    if request.max_tokens is not None:
-        options["num_predict"] = request.max_tokens
-    if request.temperature is not None:
-        options["temperature"] = request.temperature
-    if request.top_p is not None:
-        options["top_p"] = request.top_p
-    if request.seed is not None:
-        options["seed"] = request.seed
-    if request.stop:
-        options["stop"] = list(request.stop)
-    options.update(request.options)
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": messages,
-        "stream": True,
-        "options": options,
-    }
-    if keep_alive is not None:
-        body["keep_alive"] = keep_alive
-    if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                },
-            }
-            for tool in request.tools
-        ]
-    if request.json_schema is not None:
-        body["format"] = request.json_schema
-    return body
-
-
-def _tool_calls(message: dict[str, Any], first_index: int) -> tuple[ToolCall, ...]:
-    calls: list[ToolCall] = []
-    for offset, raw in enumerate(message.get("tool_calls") or ()):
-        function = raw.get("function") or {}
-        arguments = function.get("arguments") or {}
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except ValueError as err:
-                raise MalformedStreamError(
-                    f"tool call arguments are not JSON: {arguments[:80]!r}"
-                ) from err
-        calls.append(
-            ToolCall(
-                id=str(raw.get("id") or f"call_{first_index + offset}"),
-                name=str(function.get("name", "")),
-                arguments=dict(arguments),
-            )
-        )
-    return tuple(calls)
 
 
 class OllamaBackend(Backend):
@@ -174,7 +92,7 @@ class OllamaBackend(Backend):
             body["keep_alive"] = self.keep_alive
         await self._http.request_json(
             "POST",
-            "/api/chat",
+            CHAT_PATH,
             json_body=body,
             timeout_s=self._http.timeouts.warm_up_s,
             model=model,
@@ -184,90 +102,19 @@ class OllamaBackend(Backend):
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
         """Stream ``/api/chat``; each NDJSON line with text is one token."""
-        body = ollama_chat_body(request, self.keep_alive)
-        url = self._http.url("/api/chat")
-        output_tokens = 0
-        tool_index = 0
+        decoder = StreamDecoder(request, self._http.url(CHAT_PATH))
         async with self._http.stream_lines(
-            "/api/chat", body, model=request.model
+            CHAT_PATH, chat_body(request, self.keep_alive), model=request.model
         ) as lines:
             async for line in lines:
-                try:
-                    data = json.loads(line)
-                except ValueError as err:
-                    raise MalformedStreamError(
-                        f"{url} sent a line that is not JSON: {line[:80]!r}", url=url
-                    ) from err
-                if not isinstance(data, dict):
-                    raise MalformedStreamError(
-                        f"{url} sent a line that is not an object: {line[:80]!r}",
-                        url=url,
-                    )
-                if "error" in data:
-                    raise _stream_error(str(data["error"]), url, request.model)
-                message = data.get("message") or {}
-                text = str(message.get("content") or "")
-                calls = _tool_calls(message, tool_index)
-                tool_index += len(calls)
-                if text or calls:
+                chunks = decoder.feed(line)
+                if decoder.started:
                     lines.token_seen()
-                if data.get("done"):
-                    if text or calls:
-                        output_tokens += 1 if text else 0
-                        yield StreamChunk(
-                            text=text, output_tokens=1 if text else 0, tool_calls=calls
-                        )
-                    yield StreamChunk(
-                        done=True,
-                        finish_reason=_finish_reason(data, tool_index),
-                        usage=_usage(data, request, output_tokens),
-                    )
+                for chunk in chunks:
+                    yield chunk
+                if decoder.done:
                     return
-                if text or calls:
-                    tokens = 1 if text else 0
-                    output_tokens += tokens
-                    yield StreamChunk(text=text, output_tokens=tokens, tool_calls=calls)
-        raise StreamClosedError(
-            f"the server at {url} closed the stream before it was done", url=url
-        )
-
-
-def _finish_reason(data: dict[str, Any], tool_calls: int) -> str:
-    if tool_calls:
-        return "tool_calls"
-    return str(data.get("done_reason") or "stop")
-
-
-def _usage(
-    data: dict[str, Any], request: ChatRequest, streamed_tokens: int
-) -> TokenUsage:
-    prompt = data.get("prompt_eval_count")
-    output = data.get("eval_count")
-    if isinstance(output, int):
-        # A cached prompt can leave prompt_eval_count out; the estimate fills only that gap.
-        return TokenUsage(
-            prompt_tokens=int(prompt)
-            if isinstance(prompt, int)
-            else estimate_prompt_tokens(request),
-            output_tokens=output,
-            source="server",
-        )
-    return TokenUsage(
-        prompt_tokens=estimate_prompt_tokens(request),
-        output_tokens=streamed_tokens,
-        source="estimate",
-    )
-
-
-def _stream_error(message: str, url: str, model: str) -> BackendError:
-    """Type an error reported inside the stream like the HTTP error it stands for."""
-    lowered = message.lower()
-    status = 500
-    if "not found" in lowered and "model" in lowered:
-        status = 404
-    elif "busy" in lowered or "too many" in lowered:
-        status = 503
-    return http_error(status, json.dumps({"error": message}), url=url, model=model)
+        yield decoder.end()
 
 
 def _same_model(loaded: str, wanted: str) -> bool:

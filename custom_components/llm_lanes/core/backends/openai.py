@@ -1,240 +1,50 @@
 """OpenAI-compatible servers: llama.cpp ``llama-server``, vLLM, LM Studio, LocalAI.
 
-Chat streams ``/v1/chat/completions`` as server-sent events with ``include_usage``; tool calls
-arrive in pieces keyed by index and are assembled before the final chunk. What differs between
-servers (where the slot count, metrics and loaded models come from; how an answer is resumed;
-vLLM's ``priority``) is chosen by ``kind``.
+Chat streams ``/v1/chat/completions`` as server-sent events; the wire format (the body, the
+events, tool-call assembly, usage) is ``core.protocols.openai``. What differs between servers
+(where the slot count, metrics and loaded models come from; how an answer is resumed; vLLM's
+``priority``) is chosen here by ``kind``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import dataclass, field
-import json
 import logging
 from typing import Any
 
 import aiohttp
 
-from ..errors import (
-    BackendError,
-    BackendHTTPError,
-    MalformedStreamError,
-    StreamClosedError,
-)
-from ..tokens import estimate_prompt_tokens
+from ..errors import BackendError, BackendHTTPError
+from ..protocols.openai import CHAT_PATH, StreamDecoder, chat_body
 from .base import (
     Backend,
     BackendTimeouts,
-    ChatMessage,
     ChatRequest,
     ServerInfo,
     ServerKind,
     ServerMetrics,
     StreamChunk,
-    TokenUsage,
-    ToolCall,
     server_unique_id,
 )
 from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
-from .transport import HttpClient, http_error
+from .transport import HttpClient
 
 _LOGGER = logging.getLogger(__name__)
 
-CHAT_PATH = "/v1/chat/completions"
 
-
-def openai_message(message: ChatMessage) -> dict[str, Any]:
-    """Convert a message to the OpenAI shape (tool call arguments as JSON strings)."""
-    data: dict[str, Any] = {"role": message.role, "content": message.content}
-    if message.tool_calls:
-        data["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": json.dumps(call.arguments),
-                },
-            }
-            for call in message.tool_calls
-        ]
-    if message.role == "tool":
-        if message.tool_call_id:
-            data["tool_call_id"] = message.tool_call_id
-        if message.name:
-            data["name"] = message.name
-    return data
-
-
-def openai_chat_body(
+def server_fields(
     request: ChatRequest, kind: ServerKind, *, send_priority: bool
 ) -> dict[str, Any]:
-    """Build the ``/v1/chat/completions`` body for a request."""
-    messages = [openai_message(message) for message in request.messages]
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if request.assistant_prefix:
-        messages.append({"role": "assistant", "content": request.assistant_prefix})
-        if kind is ServerKind.VLLM:
-            # vLLM renders a final assistant message as closed unless told to continue it.
-            body["continue_final_message"] = True
-            body["add_generation_prompt"] = False
-    if request.max_tokens is not None:
-        body["max_tokens"] = request.max_tokens
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
-    if request.seed is not None:
-        body["seed"] = request.seed
-    if request.stop:
-        body["stop"] = list(request.stop)
-    if request.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
-                },
-            }
-            for tool in request.tools
-        ]
-    if request.json_schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {
-                "name": "response",
-                "schema": request.json_schema,
-                "strict": True,
-            },
-        }
+    """Return what a kind of server needs in the body beyond the OpenAI format."""
+    fields: dict[str, Any] = {}
+    if request.assistant_prefix and kind is ServerKind.VLLM:
+        # vLLM renders a final assistant message as closed unless told to continue it.
+        fields["continue_final_message"] = True
+        fields["add_generation_prompt"] = False
     if send_priority and request.priority is not None:
-        body["priority"] = request.priority
-    body.update(request.options)
-    return body
-
-
-@dataclass(slots=True)
-class _PartialToolCall:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _StreamState:
-    """What one SSE stream has said so far."""
-
-    request: ChatRequest
-    url: str
-    streamed_tokens: int = 0
-    finish_reason: str | None = None
-    usage: TokenUsage | None = None
-    tool_calls: dict[int, _PartialToolCall] = field(default_factory=dict)
-    echo: str | None = None
-    """The resume prefix while we still watch for the server echoing it (llama.cpp streams a
-    prefilled answer back before the new text); None once decided."""
-    held: str = ""
-    held_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        self.echo = self.request.assistant_prefix or None
-
-    def new_text(self, text: str) -> tuple[str, int]:
-        """Return the text of a delta (one token) the caller should see, and its token count.
-
-        While the stream may still be echoing the resume prefix, deltas are held back; an exact
-        echo is dropped, anything else is released as it came.
-        """
-        if self.echo is None:
-            return text, 1
-        self.held += text
-        self.held_tokens += 1
-        if self.held.startswith(self.echo):
-            rest = self.held[len(self.echo) :]
-            self.echo = None
-            return rest, 1 if rest else 0
-        if self.echo.startswith(self.held):
-            return "", 0
-        self.echo = None
-        return self.held, self.held_tokens
-
-    def add_tool_call_pieces(self, pieces: list[dict[str, Any]]) -> None:
-        for piece in pieces:
-            index = int(piece.get("index", len(self.tool_calls)))
-            call = self.tool_calls.setdefault(index, _PartialToolCall())
-            if piece.get("id"):
-                call.id = str(piece["id"])
-            function = piece.get("function") or {}
-            if function.get("name"):
-                call.name += str(function["name"])
-            if function.get("arguments"):
-                arguments = function["arguments"]
-                call.arguments.append(
-                    arguments if isinstance(arguments, str) else json.dumps(arguments)
-                )
-
-    def assembled_tool_calls(self) -> tuple[ToolCall, ...]:
-        calls: list[ToolCall] = []
-        for index in sorted(self.tool_calls):
-            partial = self.tool_calls[index]
-            text = "".join(partial.arguments).strip() or "{}"
-            try:
-                arguments = json.loads(text)
-            except ValueError as err:
-                raise MalformedStreamError(
-                    f"{self.url} streamed tool call arguments that are not JSON: {text[:80]!r}",
-                    url=self.url,
-                ) from err
-            if not isinstance(arguments, dict):
-                raise MalformedStreamError(
-                    f"{self.url} streamed tool call arguments that are not an object",
-                    url=self.url,
-                )
-            calls.append(
-                ToolCall(
-                    id=partial.id or f"call_{index}",
-                    name=partial.name,
-                    arguments=arguments,
-                )
-            )
-        return tuple(calls)
-
-    def final_usage(self) -> TokenUsage:
-        if self.usage is not None:
-            return self.usage
-        return TokenUsage(
-            prompt_tokens=estimate_prompt_tokens(self.request),
-            output_tokens=self.streamed_tokens,
-            source="estimate",
-        )
-
-
-def _usage_from(data: dict[str, Any]) -> TokenUsage | None:
-    usage = data.get("usage")
-    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
-        return TokenUsage(
-            prompt_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage["completion_tokens"]),
-            source="server",
-        )
-    timings = data.get("timings")  # llama.cpp, also without include_usage
-    if isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
-        return TokenUsage(
-            prompt_tokens=int(timings.get("prompt_n") or 0)
-            + int(timings.get("cache_n") or 0),
-            output_tokens=int(timings["predicted_n"]),
-            source="server",
-        )
-    return None
+        fields["priority"] = request.priority
+    return fields
 
 
 class OpenAIBackend(Backend):
@@ -407,7 +217,9 @@ class OpenAIBackend(Backend):
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
         """Stream an answer; retry once without ``priority`` if the server refuses it."""
-        body = openai_chat_body(request, self.kind, send_priority=self.send_priority)
+        body = chat_body(
+            request, server_fields(request, self.kind, send_priority=self.send_priority)
+        )
         yielded = False
         try:
             # aclosing: when the caller closes this stream, the inner one (and so the
@@ -432,104 +244,19 @@ class OpenAIBackend(Backend):
     async def _stream(
         self, request: ChatRequest, body: dict[str, Any]
     ) -> AsyncGenerator[StreamChunk]:
-        url = self._http.url(CHAT_PATH)
-        state = _StreamState(request=request, url=url)
+        decoder = StreamDecoder(request, self._http.url(CHAT_PATH))
         async with self._http.stream_lines(
             CHAT_PATH, body, model=request.model
         ) as lines:
             async for raw in lines:
-                data = _sse_data(raw, url)
-                if data is None:
-                    continue
-                if isinstance(data, str):  # "[DONE]"
-                    yield self._final(state)
-                    return
-                chunks = self._chunks(data, state)
-                if state.streamed_tokens or state.held_tokens or state.tool_calls:
+                chunks = decoder.feed(raw)
+                if decoder.started:
                     lines.token_seen()
                 for chunk in chunks:
                     yield chunk
-        if state.finish_reason is None:
-            raise StreamClosedError(
-                f"the server at {url} closed the stream before it was done", url=url
-            )
-        yield self._final(state)
-
-    def _chunks(self, data: dict[str, Any], state: _StreamState) -> list[StreamChunk]:
-        if "error" in data:
-            raise _stream_error(data, state.url, state.request.model)
-        usage = _usage_from(data)
-        if usage is not None:
-            state.usage = usage
-        chunks: list[StreamChunk] = []
-        for choice in data.get("choices") or ():
-            delta = choice.get("delta") or {}
-            text = delta.get("content") or ""
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-            if delta.get("tool_calls"):
-                state.add_tool_call_pieces(delta["tool_calls"])
-            if text:
-                # One delta is one token on llama.cpp, vLLM and LM Studio.
-                shown, tokens = state.new_text(str(text))
-                state.streamed_tokens += tokens
-                if shown or tokens:
-                    chunks.append(StreamChunk(text=shown, output_tokens=tokens))
-            elif reasoning:
-                # Reasoning tokens cost the same as answer tokens but carry no answer text.
-                state.streamed_tokens += 1
-                chunks.append(StreamChunk(output_tokens=1))
-            elif delta.get("tool_calls"):
-                state.streamed_tokens += 1
-            if choice.get("finish_reason"):
-                state.finish_reason = str(choice["finish_reason"])
-        return chunks
-
-    def _final(self, state: _StreamState) -> StreamChunk:
-        calls = state.assembled_tool_calls()
-        reason = state.finish_reason or "stop"
-        if calls and reason == "stop":
-            reason = "tool_calls"
-        return StreamChunk(
-            tool_calls=calls, done=True, finish_reason=reason, usage=state.final_usage()
-        )
-
-
-def _sse_data(raw: bytes, url: str) -> dict[str, Any] | str | None:
-    """Decode one SSE line: a JSON object, ``"[DONE]"``, or None for lines that carry no data."""
-    line = raw.decode("utf-8", errors="replace")
-    if line.startswith((":", "event:", "id:", "retry:")):
-        return None
-    if line.startswith(("data:", "error:")):
-        field_name, _, payload = line.partition(":")
-        payload = payload.strip()
-        if payload == "[DONE]":
-            return "[DONE]"
-        try:
-            data = json.loads(payload)
-        except ValueError as err:
-            raise MalformedStreamError(
-                f"{url} sent an event that is not JSON: {payload[:80]!r}", url=url
-            ) from err
-        if not isinstance(data, dict):
-            raise MalformedStreamError(
-                f"{url} sent an event that is not an object", url=url
-            )
-        if field_name == "error" and "error" not in data:
-            data = {"error": data}
-        return data
-    raise MalformedStreamError(
-        f"{url} sent a line that is not a server-sent event: {line[:80]!r}", url=url
-    )
-
-
-def _stream_error(data: dict[str, Any], url: str, model: str) -> BackendError:
-    error = data["error"]
-    status = 500
-    if isinstance(error, dict):
-        code = error.get("code")
-        if isinstance(code, int):
-            status = code
-    return http_error(status, json.dumps(data), url=url, model=model)
+                if decoder.done:
+                    return
+        yield decoder.end()
 
 
 def _refuses_priority(err: BackendHTTPError, body: dict[str, Any]) -> bool:

@@ -1,8 +1,9 @@
-"""HTTP plumbing shared by the backends: JSON calls, streamed lines, and typed errors.
+"""HTTP plumbing shared by the backends: JSON calls and streamed lines, with typed errors.
 
 Every call has a deadline: a connect timeout, a total timeout for plain calls, and for streams a
-first-token deadline followed by an idle limit between lines. aiohttp and asyncio failures are
-turned into the ``BackendError`` subclasses of ``core.errors``; nothing here hangs.
+first-token deadline followed by an idle limit between lines. aiohttp and asyncio failures (and
+HTTP error statuses, by ``core.errors.http_error``) are turned into the ``BackendError``
+subclasses of ``core.errors``; nothing here hangs.
 """
 
 from __future__ import annotations
@@ -17,82 +18,22 @@ from typing import Any
 import aiohttp
 
 from ..errors import (
-    AuthError,
     BackendConnectionError,
     BackendError,
-    BackendHTTPError,
     BackendTimeoutError,
     FirstTokenTimeoutError,
-    ModelNotFoundError,
-    ServerBusyError,
     StreamClosedError,
     StreamIdleTimeoutError,
-    ToolsUnsupportedError,
+    http_error,
 )
 from .base import BackendTimeouts
 
 _LOGGER = logging.getLogger(__name__)
 
-_BODY_EXCERPT = 300
-
 
 def normalize_base_url(base_url: str) -> str:
     """Strip trailing slashes and a trailing ``/v1`` (added back by the OpenAI client)."""
     return base_url.strip().rstrip("/").removesuffix("/v1")
-
-
-def error_text(body: str) -> str:
-    """Pull the human message out of an error body (Ollama, OpenAI and llama.cpp shapes)."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body.strip()[:_BODY_EXCERPT]
-    if isinstance(data, dict):
-        error = data.get("error", data.get("detail", data.get("message")))
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        if error is not None:
-            return str(error)[:_BODY_EXCERPT]
-    return body.strip()[:_BODY_EXCERPT]
-
-
-def http_error(
-    status: int, body: str, *, url: str, model: str | None = None
-) -> BackendHTTPError:
-    """Build the typed error for an HTTP error status."""
-    detail = error_text(body)
-    lowered = detail.lower()
-    if status in (401, 403):
-        return AuthError(
-            f"the server at {url} refused the request (HTTP {status}): {detail or 'check the API key'}",
-            status=status,
-            body=detail,
-        )
-    if status in (429, 503):
-        return ServerBusyError(
-            f"the server at {url} is busy (HTTP {status}): {detail or 'try again later'}",
-            status=status,
-            body=detail,
-        )
-    if status == 404 and model is not None and ("model" in lowered or not detail):
-        return ModelNotFoundError(
-            f"model {model!r} is not available on the server at {url}: {detail or 'not found'}",
-            status=status,
-            body=detail,
-        )
-    if status in (400, 500) and (
-        "jinja" in lowered or ("tool" in lowered and "support" in lowered)
-    ):
-        return ToolsUnsupportedError(
-            f"the server at {url} cannot use tools (start llama-server with --jinja): {detail}",
-            status=status,
-            body=detail,
-        )
-    return BackendHTTPError(
-        f"the server at {url} answered HTTP {status}: {detail or 'no details'}",
-        status=status,
-        body=detail,
-    )
 
 
 def _client_timeout(

@@ -1,0 +1,496 @@
+"""OpenAI's ``/v1/chat/completions`` wire format, both directions.
+
+Client side (the OpenAI-compatible backend): ``chat_body`` builds a streamed request with
+``include_usage``; ``StreamDecoder`` turns the server-sent events back into ``StreamChunk`` s: one
+delta is one token, tool calls arriving in pieces keyed by index are assembled for the final chunk,
+usage comes from the usage event or llama.cpp's ``timings`` (estimated when neither comes), an
+echo of the resume prefix is dropped, and error events raise the typed error of their status.
+
+Server side (the gateway): ``parse_chat`` reads a client's request (a final assistant message is
+the beginning of the answer, continued as llama.cpp does); ``StreamEncoder`` writes the
+``chat.completion.chunk`` events of a stream and the ``chat.completion`` object of a whole answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+import json
+from typing import Any
+
+from ..backends.base import (
+    Answer,
+    ChatMessage,
+    ChatRequest,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+)
+from ..errors import (
+    BackendError,
+    InvalidRequestError,
+    MalformedStreamError,
+    StreamClosedError,
+    http_error,
+)
+from ..tokens import estimate_prompt_tokens
+from .common import (
+    ParsedChat,
+    PrefixEcho,
+    as_list,
+    as_object,
+    boolean,
+    integer,
+    number,
+    optional_object,
+    path,
+    role,
+    sampling_to_wire,
+    split_prefix,
+    stop_words,
+    stream_object,
+    string,
+    text_content,
+    tool_calls_from_wire,
+    tools_from_wire,
+    tools_to_wire,
+)
+
+CHAT_PATH = "/v1/chat/completions"
+SSE_DONE = b"data: [DONE]\n\n"
+
+_READ_FIELDS = frozenset({
+    "model", "messages", "tools", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+    "seed", "stop", "response_format", "stream", "stream_options", "priority", "n",
+    "continue_final_message", "add_generation_prompt",
+})  # fmt: skip
+"""Request fields ``parse_chat`` reads; every other one is passed through in ``options``."""
+
+
+# --- client side: the request ----------------------------------------------------------------
+
+
+def message_to_wire(message: ChatMessage) -> dict[str, Any]:
+    """Convert a message to the OpenAI shape (tool call arguments as JSON strings)."""
+    data: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        data["tool_calls"] = [tool_call_to_wire(call) for call in message.tool_calls]
+    if message.role == "tool":
+        if message.tool_call_id:
+            data["tool_call_id"] = message.tool_call_id
+        if message.name:
+            data["name"] = message.name
+    return data
+
+
+def tool_call_to_wire(call: ToolCall) -> dict[str, Any]:
+    """Write a tool call (its arguments as JSON text)."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+    }
+
+
+def chat_body(
+    request: ChatRequest, server_fields: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the streamed ``/v1/chat/completions`` body of a request.
+
+    ``server_fields`` are what a kind of server adds (vLLM's ``priority``); the request's own
+    ``options`` still win over them.
+    """
+    messages = [message_to_wire(message) for message in request.messages]
+    body: dict[str, Any] = {
+        "model": request.model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if request.assistant_prefix:
+        messages.append({"role": "assistant", "content": request.assistant_prefix})
+    body.update(sampling_to_wire(request, "max_tokens"))
+    if request.tools:
+        body["tools"] = tools_to_wire(request.tools)
+    if request.json_schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "response",
+                "schema": request.json_schema,
+                "strict": True,
+            },
+        }
+    elif request.json_mode:
+        body["response_format"] = {"type": "json_object"}
+    body.update(server_fields or {})
+    body.update(request.options)
+    return body
+
+
+# --- client side: the stream -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _PartialToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StreamDecoder:
+    """What one SSE stream of ``/v1/chat/completions`` says, as stream chunks.
+
+    ``feed`` each line as it comes; at the end of the body, ``end`` gives the final chunk (or
+    raises when the server stopped before it was done).
+    """
+
+    request: ChatRequest
+    url: str
+    """Where the stream comes from (named in errors)."""
+    finish_reason: str | None = None
+    done: bool = False
+    """``[DONE]`` came: the last chunk has been given."""
+    _streamed_tokens: int = field(default=0, init=False)
+    _usage: TokenUsage | None = field(default=None, init=False)
+    _tool_calls: dict[int, _PartialToolCall] = field(default_factory=dict, init=False)
+    _echo: PrefixEcho = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Watch for an echo of the resume prefix (llama.cpp streams it back first)."""
+        self._echo = PrefixEcho(self.request.assistant_prefix)
+
+    @property
+    def started(self) -> bool:
+        """Whether the answer has begun (a token or a tool call, shown or held back)."""
+        return bool(self._streamed_tokens or self._echo.held_tokens or self._tool_calls)
+
+    def feed(self, raw: bytes) -> list[StreamChunk]:
+        """Decode one line of the stream into the chunks it carries."""
+        data = _sse_data(raw, self.url)
+        if data is None:
+            return []
+        if isinstance(data, str):  # "[DONE]"
+            self.done = True
+            return [self._final()]
+        if "error" in data:
+            raise _stream_error(data, self.url, self.request.model)
+        usage = _usage_from(data)
+        if usage is not None:
+            self._usage = usage
+        chunks: list[StreamChunk] = []
+        for choice in data.get("choices") or ():
+            delta = choice.get("delta") or {}
+            text = delta.get("content") or ""
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if delta.get("tool_calls"):
+                self._add_tool_call_pieces(delta["tool_calls"])
+            if text:
+                # One delta is one token on llama.cpp, vLLM and LM Studio.
+                shown, tokens = self._echo.text(str(text))
+                self._streamed_tokens += tokens
+                if shown or tokens:
+                    chunks.append(StreamChunk(text=shown, output_tokens=tokens))
+            elif reasoning:
+                # Reasoning tokens cost the same as answer tokens but carry no answer text.
+                self._streamed_tokens += 1
+                chunks.append(StreamChunk(output_tokens=1))
+            elif delta.get("tool_calls"):
+                self._streamed_tokens += 1
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        return chunks
+
+    def end(self) -> StreamChunk:
+        """Return the final chunk once the body ended without ``[DONE]``."""
+        if self.finish_reason is None:
+            raise StreamClosedError(
+                f"the server at {self.url} closed the stream before it was done",
+                url=self.url,
+            )
+        return self._final()
+
+    def _add_tool_call_pieces(self, pieces: list[dict[str, Any]]) -> None:
+        for piece in pieces:
+            index = int(piece.get("index", len(self._tool_calls)))
+            call = self._tool_calls.setdefault(index, _PartialToolCall())
+            if piece.get("id"):
+                call.id = str(piece["id"])
+            function = piece.get("function") or {}
+            if function.get("name"):
+                call.name += str(function["name"])
+            if function.get("arguments"):
+                arguments = function["arguments"]
+                call.arguments.append(
+                    arguments if isinstance(arguments, str) else json.dumps(arguments)
+                )
+
+    def _assembled_tool_calls(self) -> tuple[ToolCall, ...]:
+        calls: list[ToolCall] = []
+        for index in sorted(self._tool_calls):
+            partial = self._tool_calls[index]
+            text = "".join(partial.arguments).strip() or "{}"
+            try:
+                arguments = json.loads(text)
+            except ValueError as err:
+                raise MalformedStreamError(
+                    f"{self.url} streamed tool call arguments that are not JSON: {text[:80]!r}",
+                    url=self.url,
+                ) from err
+            if not isinstance(arguments, dict):
+                raise MalformedStreamError(
+                    f"{self.url} streamed tool call arguments that are not an object",
+                    url=self.url,
+                )
+            calls.append(
+                ToolCall(
+                    id=partial.id or f"call_{index}",
+                    name=partial.name,
+                    arguments=arguments,
+                )
+            )
+        return tuple(calls)
+
+    def _final(self) -> StreamChunk:
+        calls = self._assembled_tool_calls()
+        reason = self.finish_reason or "stop"
+        if calls and reason == "stop":
+            reason = "tool_calls"
+        usage = self._usage or TokenUsage(
+            prompt_tokens=estimate_prompt_tokens(self.request),
+            output_tokens=self._streamed_tokens,
+            source="estimate",
+        )
+        return StreamChunk(
+            tool_calls=calls, done=True, finish_reason=reason, usage=usage
+        )
+
+
+def _sse_data(raw: bytes, url: str) -> dict[str, Any] | str | None:
+    """Decode one SSE line: a JSON object, ``"[DONE]"``, or None for lines that carry no data."""
+    line = raw.decode("utf-8", errors="replace")
+    if line.startswith((":", "event:", "id:", "retry:")):
+        return None
+    if line.startswith(("data:", "error:")):
+        field_name, _, payload = line.partition(":")
+        payload = payload.strip()
+        if payload == "[DONE]":
+            return "[DONE]"
+        data = stream_object(payload, url, "an event")
+        if field_name == "error" and "error" not in data:
+            data = {"error": data}
+        return data
+    raise MalformedStreamError(
+        f"{url} sent a line that is not a server-sent event: {line[:80]!r}", url=url
+    )
+
+
+def _usage_from(data: dict[str, Any]) -> TokenUsage | None:
+    usage = data.get("usage")
+    if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        return TokenUsage(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage["completion_tokens"]),
+            source="server",
+        )
+    timings = data.get("timings")  # llama.cpp, also without include_usage
+    if isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
+        return TokenUsage(
+            prompt_tokens=int(timings.get("prompt_n") or 0)
+            + int(timings.get("cache_n") or 0),
+            output_tokens=int(timings["predicted_n"]),
+            source="server",
+        )
+    return None
+
+
+def _stream_error(data: dict[str, Any], url: str, model: str) -> BackendError:
+    """Type an error event by the status it names (500 when it names none)."""
+    error = data["error"]
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) else 500
+    return http_error(status, json.dumps(data), url=url, model=model)
+
+
+# --- server side: the request ------------------------------------------------------------------
+
+
+def parse_chat(body: Any) -> ParsedChat:
+    """Read a client's ``/v1/chat/completions`` request (``InvalidRequestError`` names a bad field)."""
+    obj = as_object(body, "request")
+    raw_messages = as_list(obj.get("messages"), "messages")
+    if not raw_messages:
+        raise InvalidRequestError("messages", "must hold at least one message")
+    messages, prefix = split_prefix(
+        [
+            _message_from_wire(item, f"messages[{i}]")
+            for i, item in enumerate(raw_messages)
+        ]
+    )
+    if integer(obj, "n", "") not in {None, 1}:
+        raise InvalidRequestError("n", "only one choice is supported")
+    max_tokens = integer(obj, "max_completion_tokens", "")
+    if max_tokens is None:
+        max_tokens = integer(obj, "max_tokens", "")
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequestError("max_tokens", "must be at least 1")
+    json_schema, json_mode = _response_format(obj.get("response_format"))
+    stream_options = optional_object(obj, "stream_options")
+    request = ChatRequest(
+        model=string(obj, "model", ""),
+        messages=messages,
+        tools=tools_from_wire(obj.get("tools")),
+        max_tokens=max_tokens,
+        temperature=number(obj, "temperature", ""),
+        top_p=number(obj, "top_p", ""),
+        seed=integer(obj, "seed", ""),
+        stop=stop_words(obj, "stop", ""),
+        json_schema=json_schema,
+        json_mode=json_mode,
+        assistant_prefix=prefix,
+        priority=integer(obj, "priority", ""),
+        options={key: value for key, value in obj.items() if key not in _READ_FIELDS},
+    )
+    return ParsedChat(
+        request=request,
+        stream=boolean(obj, "stream", "", default=False),
+        include_usage=boolean(
+            stream_options, "include_usage", "stream_options", default=False
+        ),
+    )
+
+
+def _message_from_wire(raw: Any, where: str) -> ChatMessage:
+    obj = as_object(raw, where)
+    if obj.get("role") == "developer":  # OpenAI's newer name for the system role
+        obj = {**obj, "role": "system"}
+    kind = role(obj, where)
+    call_id = name = None
+    if kind == "tool":
+        call_id = string(obj, "tool_call_id", where, default="") or None
+        name = string(obj, "name", where, default="") or None
+    return ChatMessage(
+        role=kind,
+        content=text_content(obj.get("content"), path(where, "content")),
+        tool_calls=tool_calls_from_wire(
+            obj.get("tool_calls"), path(where, "tool_calls")
+        ),
+        tool_call_id=call_id,
+        name=name,
+    )
+
+
+def _response_format(raw: Any) -> tuple[dict[str, Any] | None, bool]:
+    """Return the JSON schema asked for and whether any JSON object is asked for."""
+    obj = as_object(raw or {"type": "text"}, "response_format")
+    kind = string(obj, "type", "response_format")
+    if kind == "json_schema":
+        spec = as_object(obj.get("json_schema"), "response_format.json_schema")
+        return as_object(
+            spec.get("schema"), "response_format.json_schema.schema"
+        ), False
+    if kind not in {"text", "json_object"}:
+        raise InvalidRequestError(
+            "response_format.type", "must be text, json_object or json_schema"
+        )
+    return None, kind == "json_object"
+
+
+# --- server side: the answer -------------------------------------------------------------------
+
+
+def sse_event(event: Mapping[str, Any]) -> bytes:
+    """Write one server-sent event."""
+    return f"data: {json.dumps(event)}\n\n".encode()
+
+
+def usage_to_wire(usage: TokenUsage) -> dict[str, int]:
+    """Write token counts as OpenAI does."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.prompt_tokens + usage.output_tokens,
+    }
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamEncoder:
+    """Writes an answer's stream chunks as ``chat.completion.chunk`` events.
+
+    It also gathers the whole answer, for ``completion`` (a client that did not stream).
+    """
+
+    model: str
+    completion_id: str
+    created: int
+    """Unix seconds."""
+    include_usage: bool = False
+    _chunks: list[StreamChunk] = field(default_factory=list, init=False)
+    _tools_sent: int = field(default=0, init=False)
+
+    def _event(
+        self, delta: dict[str, Any], finish_reason: str | None
+    ) -> dict[str, Any]:
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+
+    def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
+        """Return the events that carry ``chunk`` (the first one also names the role)."""
+        events: list[dict[str, Any]] = []
+        if not self._chunks:
+            events.append(self._event({"role": "assistant", "content": ""}, None))
+        self._chunks.append(chunk)
+        if chunk.text:
+            events.append(self._event({"content": chunk.text}, None))
+        if chunk.tool_calls:
+            calls = [
+                {"index": self._tools_sent + offset, **tool_call_to_wire(call)}
+                for offset, call in enumerate(chunk.tool_calls)
+            ]
+            self._tools_sent += len(calls)
+            events.append(self._event({"tool_calls": calls}, None))
+        if chunk.done:
+            events.append(self._event({}, chunk.finish_reason or "stop"))
+            if self.include_usage and chunk.usage is not None:
+                final = self._event({}, None)
+                final["choices"] = []
+                final["usage"] = usage_to_wire(chunk.usage)
+                events.append(final)
+        return events
+
+    def sse(self, chunk: StreamChunk) -> bytes:
+        """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
+        data = b"".join(sse_event(event) for event in self.feed(chunk))
+        return data + SSE_DONE if chunk.done else data
+
+    def completion(self) -> dict[str, Any]:
+        """Return the ``chat.completion`` object of the whole answer fed so far."""
+        answer = Answer.of(self._chunks)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": answer.text or (None if answer.tool_calls else ""),
+        }
+        if answer.tool_calls:
+            message["tool_calls"] = [tool_call_to_wire(c) for c in answer.tool_calls]
+        result: dict[str, Any] = {
+            "id": self.completion_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": answer.finish_reason or "stop",
+                }
+            ],
+        }
+        if answer.usage is not None:
+            result["usage"] = usage_to_wire(answer.usage)
+        return result

@@ -71,42 +71,25 @@ class LaneLimits:
         return None
 
 
+_DEFAULTS = (
+    # lane              prompt  default out  max out  queued  wait (s)   streams  TTFT  ITL
+    (Lane.VOICE,        8192,   256,         1024,    16,     15.0,      None,    0.5,  0.1),
+    (Lane.INTERACTIVE,  8192,   512,         2048,    32,     60.0,      None,    1.0,  0.15),
+    (Lane.AUTOMATION,   8192,   512,         2048,    64,     300.0,     None,    5.0,  0.25),
+    (Lane.BACKGROUND,   16384,  1024,        4096,    256,    6 * 3600.0, 2,      60.0, 1.0),
+)  # fmt: skip
+
 DEFAULT_LANE_LIMITS: dict[Lane, LaneLimits] = {
-    Lane.VOICE: LaneLimits(
-        max_prompt_tokens=8192,
-        default_output_tokens=256,
-        max_output_tokens=1024,
-        max_queued=16,
-        max_wait_s=15.0,
-        ttft_slo_s=0.5,
-        itl_slo_s=0.1,
-    ),
-    Lane.INTERACTIVE: LaneLimits(
-        max_prompt_tokens=8192,
-        default_output_tokens=512,
-        max_output_tokens=2048,
-        max_queued=32,
-        max_wait_s=60.0,
-        ttft_slo_s=1.0,
-        itl_slo_s=0.15,
-    ),
-    Lane.AUTOMATION: LaneLimits(
-        max_prompt_tokens=8192,
-        default_output_tokens=512,
-        max_output_tokens=2048,
-        max_queued=64,
-        max_wait_s=300.0,
-        ttft_slo_s=5.0,
-        itl_slo_s=0.25,
-    ),
-    Lane.BACKGROUND: LaneLimits(
-        max_prompt_tokens=16384,
-        default_output_tokens=1024,
-        max_output_tokens=4096,
-        max_queued=256,
-        max_wait_s=6 * 3600.0,
-        max_concurrency=2,
-        ttft_slo_s=60.0,
-        itl_slo_s=1.0,
-    ),
+    lane: LaneLimits(
+        max_prompt_tokens=prompt,
+        default_output_tokens=default_output,
+        max_output_tokens=max_output,
+        max_queued=queued,
+        max_wait_s=wait,
+        max_concurrency=streams,
+        ttft_slo_s=ttft,
+        itl_slo_s=itl,
+    )
+    for lane, prompt, default_output, max_output, queued, wait, streams, ttft, itl in _DEFAULTS
 }
+"""The limits and objectives of each lane when the user has set none."""

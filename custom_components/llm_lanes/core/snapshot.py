@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .backends.base import TokenUsage, ToolCall
 from .lanes import Lane
-from .metrics import GroupStats
+from .metrics import GroupStats, StatsView
 from .quotas import QuotaLedger
 from .run_state import QueuedRequest, RunState
 from .settings import SchedulerSettings
@@ -186,32 +187,9 @@ def build_snapshot(
             lane=lane,
             queue_depth=state.queued(lane),
             in_flight=state.running_by_lane[lane],
-            finished_in_window=view.finished_in_window,
-            finished_total=stats.finished_total,
-            rejected_total=stats.rejected_total,
-            preemptions_total=stats.preemptions_total,
-            ttft_p50_s=view.ttft.p50,
-            ttft_p90_s=view.ttft.p90,
-            ttft_p95_s=view.ttft.p95,
-            ttft_p99_s=view.ttft.p99,
-            itl_p50_s=view.itl.p50,
-            itl_p90_s=view.itl.p90,
-            itl_p95_s=view.itl.p95,
-            itl_p99_s=view.itl.p99,
-            e2e_p50_s=view.e2e.p50,
-            e2e_p90_s=view.e2e.p90,
-            e2e_p95_s=view.e2e.p95,
-            e2e_p99_s=view.e2e.p99,
-            queue_wait_p50_s=view.queue_wait.p50,
-            queue_wait_p90_s=view.queue_wait.p90,
-            queue_wait_p95_s=view.queue_wait.p95,
-            queue_wait_p99_s=view.queue_wait.p99,
-            goodput=view.goodput,
             good_per_s=view.good_per_s,
-            prompt_tokens_total=stats.prompt_tokens_total,
-            output_tokens_total=stats.output_tokens_total,
-            output_tok_s=view.output_tok_s,
             prompt_tok_s=view.prompt_tok_s,
+            **_group_fields(stats, view, (50, 90, 95, 99)),
         )
     waiting: dict[str, int] = {}
     running: dict[str, int] = {}
@@ -226,27 +204,12 @@ def build_snapshot(
         view = stats.view(now, window_s)
         requesters[name] = RequesterSnapshot(
             requester=name,
-            prompt_tokens_total=stats.prompt_tokens_total,
-            output_tokens_total=stats.output_tokens_total,
             tokens_last_24h=quotas.used(name, now),
             virtual_counter=state.counters.total(name),
             quota_tokens=settings.quota_for(name),
             queue_depth=waiting.get(name, 0),
             in_flight=running.get(name, 0),
-            finished_total=stats.finished_total,
-            rejected_total=stats.rejected_total,
-            preemptions_total=stats.preemptions_total,
-            finished_in_window=view.finished_in_window,
-            queue_wait_p50_s=view.queue_wait.p50,
-            queue_wait_p95_s=view.queue_wait.p95,
-            ttft_p50_s=view.ttft.p50,
-            ttft_p95_s=view.ttft.p95,
-            itl_p50_s=view.itl.p50,
-            itl_p95_s=view.itl.p95,
-            e2e_p50_s=view.e2e.p50,
-            e2e_p95_s=view.e2e.p95,
-            goodput=view.goodput,
-            output_tok_s=view.output_tok_s,
+            **_group_fields(stats, view, (50, 95)),
         )
     background, total = state.share.shares(now)
     return SchedulerSnapshot(
@@ -266,3 +229,27 @@ def build_snapshot(
         background_service_share=background / total if total > 0 else None,
         finished_total=finished_total,
     )
+
+
+def _group_fields(
+    stats: GroupStats, view: StatsView, percentiles: tuple[int, ...]
+) -> dict[str, Any]:
+    """Return what lane and requester snapshots both show of a group's statistics.
+
+    Totals, the window's counts and rates, and ``<metric>_p<NN>_s`` for each percentile.
+    """
+    fields: dict[str, Any] = {
+        "finished_in_window": view.finished_in_window,
+        "finished_total": stats.finished_total,
+        "rejected_total": stats.rejected_total,
+        "preemptions_total": stats.preemptions_total,
+        "prompt_tokens_total": stats.prompt_tokens_total,
+        "output_tokens_total": stats.output_tokens_total,
+        "goodput": view.goodput,
+        "output_tok_s": view.output_tok_s,
+    }
+    for metric in ("ttft", "itl", "e2e", "queue_wait"):
+        window = getattr(view, metric)
+        for p in percentiles:
+            fields[f"{metric}_p{p}_s"] = getattr(window, f"p{p}")
+    return fields

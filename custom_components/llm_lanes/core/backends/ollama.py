@@ -6,6 +6,7 @@ The wire format of chat (the body, the lines, tool calls, counts) is ``core.prot
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 import logging
 from typing import Any
 
@@ -103,18 +104,13 @@ class OllamaBackend(Backend):
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
         """Stream ``/api/chat``; each NDJSON line with text is one token."""
         decoder = StreamDecoder(request, self._http.url(CHAT_PATH))
-        async with self._http.stream_lines(
-            CHAT_PATH, chat_body(request, self.keep_alive), model=request.model
-        ) as lines:
-            async for line in lines:
-                chunks = decoder.feed(line)
-                if decoder.started:
-                    lines.token_seen()
-                for chunk in chunks:
-                    yield chunk
-                if decoder.done:
-                    return
-        yield decoder.end()
+        body = chat_body(request, self.keep_alive)
+        # aclosing: closing this stream closes the connection at once (see OpenAIBackend.chat).
+        async with aclosing(
+            self._http.stream_chunks(CHAT_PATH, body, decoder, model=request.model)
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
 
 def _same_model(loaded: str, wanted: str) -> bool:

@@ -241,22 +241,11 @@ class OpenAIBackend(Backend):
                 async for chunk in stream:
                     yield chunk
 
-    async def _stream(
+    def _stream(
         self, request: ChatRequest, body: dict[str, Any]
     ) -> AsyncGenerator[StreamChunk]:
         decoder = StreamDecoder(request, self._http.url(CHAT_PATH))
-        async with self._http.stream_lines(
-            CHAT_PATH, body, model=request.model
-        ) as lines:
-            async for raw in lines:
-                chunks = decoder.feed(raw)
-                if decoder.started:
-                    lines.token_seen()
-                for chunk in chunks:
-                    yield chunk
-                if decoder.done:
-                    return
-        yield decoder.end()
+        return self._http.stream_chunks(CHAT_PATH, body, decoder, model=request.model)
 
 
 def _refuses_priority(err: BackendHTTPError, body: dict[str, Any]) -> bool:

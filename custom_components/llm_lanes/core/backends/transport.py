@@ -1,4 +1,4 @@
-"""HTTP plumbing shared by the backends: JSON calls and streamed lines, with typed errors.
+"""HTTP plumbing shared by the backends: JSON calls and streamed answers, with typed errors.
 
 Every call has a deadline: a connect timeout, a total timeout for plain calls, and for streams a
 first-token deadline followed by an idle limit between lines. aiohttp and asyncio failures (and
@@ -9,7 +9,7 @@ subclasses of ``core.errors``; nothing here hangs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 import json
 import logging
@@ -26,7 +26,8 @@ from ..errors import (
     StreamIdleTimeoutError,
     http_error,
 )
-from .base import BackendTimeouts
+from ..protocols.common import StreamDecoder
+from .base import BackendTimeouts, StreamChunk
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -168,6 +169,29 @@ class HttpClient:
     async def get_json(self, path: str) -> Any:
         """GET a JSON document."""
         return await self.request_json("GET", path)
+
+    async def stream_chunks(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        decoder: StreamDecoder,
+        *,
+        model: str | None = None,
+    ) -> AsyncGenerator[StreamChunk]:
+        """POST ``body`` and yield the answer that ``decoder`` reads from the streamed lines.
+
+        Closing the generator early closes the connection (the server stops generating).
+        """
+        async with self.stream_lines(path, body, model=model) as lines:
+            async for line in lines:
+                chunks = decoder.feed(line)
+                if decoder.started:
+                    lines.token_seen()
+                for chunk in chunks:
+                    yield chunk
+                if decoder.done:
+                    return
+        yield decoder.end()
 
     @asynccontextmanager
     async def stream_lines(

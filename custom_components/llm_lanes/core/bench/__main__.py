@@ -41,7 +41,7 @@ from .runner import (
     describe_server,
     run_scenario,
 )
-from .simulator import SimConfig, SimulatedServer
+from .simulator import SimulatedServer, add_sim_options, sim_config
 from .sweep import SweepRow, format_table, parse_grid, run_sweep
 from .workload import Scenario, ScenarioError, builtin_scenarios, load_scenario
 
@@ -63,16 +63,7 @@ async def open_target(args: argparse.Namespace) -> AsyncIterator[Target]:
         time_scale = 1.0
         if url == "sim":
             sim = await stack.enter_async_context(
-                SimulatedServer(
-                    SimConfig(
-                        kind=args.sim_kind,
-                        slots=args.sim_slots,
-                        speed=args.sim_speed,
-                        seed=args.sim_seed,
-                        kv_capacity_tokens=args.sim_kv_capacity,
-                        prefill_chunk_tokens=args.sim_prefill_chunk or None,
-                    )
-                )
+                SimulatedServer(sim_config(args, "sim-"))
             )
             url = sim.url
             time_scale = args.sim_speed
@@ -342,24 +333,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--prompt-scale", type=float, default=1.0,
         help="stretch prompt text by this factor (tokenizers that pack more than 4 characters a token)",
     )  # fmt: skip
-    parser.add_argument(
-        "--sim-kind", choices=["llama_cpp", "ollama"], default="llama_cpp"
-    )
-    parser.add_argument("--sim-slots", type=int, default=4)
-    parser.add_argument(
-        "--sim-speed",
-        type=float,
-        default=1.0,
-        help="simulated time runs this much faster",
-    )
-    parser.add_argument("--sim-seed", type=int, default=0)
-    parser.add_argument(
-        "--sim-kv-capacity", type=int, default=SimConfig().kv_capacity_tokens
-    )
-    parser.add_argument(
-        "--sim-prefill-chunk", type=int, default=SimConfig().prefill_chunk_tokens,
-        help="prompt tokens the simulator prefills per iteration (0: whole prompts)",
-    )  # fmt: skip
+    add_sim_options(parser, "sim-")
 
 
 def build_parser() -> argparse.ArgumentParser:

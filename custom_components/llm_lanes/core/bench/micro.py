@@ -8,8 +8,8 @@ Prints the median cost of
   requesters in the four lanes (aging, background share and fairness counters all in play; after
   each choice the request is started, charged, released and replaced, so the queue stays full and
   the counters keep moving);
-- **per-token accounting**: the scheduler's charge of one streamed token (fairness counter,
-  background share, rates, inter-token gap) on a real admitted request.
+- **per-token accounting**: the charge of one streamed token (``Accounting.charge_chunk``:
+  fairness counter, background share, rates, inter-token gap) on an admitted request.
 
 Targets from the scheduler-core issue: choose-next <= 50 us, per-token accounting <= 5 us.
 ``--check`` makes the exit status 1 when a median misses its target.
@@ -18,27 +18,20 @@ Targets from the scheduler-core issue: choose-next <= 50 us, per-token accountin
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 import random
 import statistics
 import sys
 import time
 
-from ..backends.base import (
-    Backend,
-    ChatMessage,
-    ChatRequest,
-    ServerInfo,
-    ServerKind,
-    ServerMetrics,
-    StreamChunk,
-)
+from ..accounting import Accounting
+from ..backends.base import ChatMessage, ChatRequest, StreamChunk
 from ..lanes import Lane
 from ..policy import Admit, create_policy
 from ..run_state import QueuedRequest, RunState
-from ..scheduler import Scheduler
+from ..scheduler import DEFAULT_WINDOW_S
 from ..settings import Policy, SchedulerSettings
+from ..ticket import Ticket
 
 CHOOSE_TARGET_US = 50.0
 TOKEN_TARGET_US = 5.0
@@ -93,71 +86,49 @@ def bench_choose(
     return timings
 
 
-class _SilentBackend(Backend):
-    """A backend whose stream never yields: it holds the request admitted while we account."""
+def bench_token(batches: int) -> list[float]:
+    """Time the accounting of one streamed token (microseconds per token).
 
-    kind = ServerKind.OPENAI_COMPATIBLE
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-
-    async def server_info(self) -> ServerInfo:
-        return ServerInfo(
-            kind=self.kind, version=None, models=("m",), unique_id="bench"
-        )
-
-    async def list_models(self) -> tuple[str, ...]:
-        return ("m",)
-
-    async def metrics(self) -> ServerMetrics:
-        return ServerMetrics()
-
-    async def warm_up(self, model: str) -> bool:
-        return True
-
-    def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
-        return self._chat()
-
-    async def _chat(self) -> AsyncIterator[StreamChunk]:
-        await self.release.wait()
-        yield StreamChunk(done=True, finish_reason="stop")
-
-
-async def _bench_token(batches: int) -> list[float]:
-    backend = _SilentBackend()
-    clock_now = [1000.0]
-    scheduler = Scheduler(backend, clock=lambda: clock_now[0])
-    stream = scheduler.stream(
-        ChatRequest(model="m", messages=(ChatMessage(role="user", content="hi"),)),
+    The token is charged on an admitted request, as the scheduler's pump charges it.
+    """
+    settings = SchedulerSettings()
+    state = RunState(settings)
+    accounting = Accounting(settings, share=state.share, window_s=DEFAULT_WINDOW_S)
+    now = 1000.0
+    queued = QueuedRequest(
+        seq=1,
         lane=Lane.INTERACTIVE,
         requester="bench",
+        prompt_tokens=4,
+        enqueued_at=now,
     )
-    waiter = asyncio.ensure_future(anext(stream))
-    await asyncio.sleep(0)
-    (ticket,) = scheduler._tickets.values()  # noqa: SLF001 - the real admitted request
-    account = scheduler._accounting.charge_chunk  # noqa: SLF001 - the per-token path under test
+    ticket = Ticket(
+        queued=queued,
+        request=ChatRequest(
+            model="m", messages=(ChatMessage(role="user", content="hi"),)
+        ),
+        counters=state.counters.lane(queued.lane),
+        lane_stats=accounting.lane_stats[queued.lane],
+        requester_stats=accounting.stats_of(queued.requester),
+        sink=None,
+    )
+    state.push(queued)
+    state.start(queued)
+    accounting.charge_prompt(ticket, now)
+    account = accounting.charge_chunk
     chunk = StreamChunk(text="word", output_tokens=1)
     timings: list[float] = []
     for _ in range(batches):
         before = time.perf_counter_ns()
         for _ in range(TOKEN_BATCH):
-            clock_now[0] += 0.02
-            account(ticket, chunk, clock_now[0])
+            now += 0.02
+            account(ticket, chunk, now)
         after = time.perf_counter_ns()
         timings.append((after - before) / 1000 / TOKEN_BATCH)
         # Keep the kept text short, as a real stream's would be between snapshots.
         ticket.parts.clear()
         ticket.gaps.clear()
-    backend.release.set()
-    await waiter
-    await stream.aclose()
-    await scheduler.close()
     return timings
-
-
-def bench_token(batches: int) -> list[float]:
-    """Time the accounting of one streamed token (microseconds per token)."""
-    return asyncio.run(_bench_token(batches))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,6 +32,8 @@ import random
 import re
 from typing import Any
 
+from ..backends.base import ToolCall
+
 VOCABULARY = [
     "the",
     "light",
@@ -123,22 +125,14 @@ class SimTool:
     parameters: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedCall:
-    """A tool call the simulated model makes."""
-
-    id: str
-    name: str
-    arguments: dict[str, Any]
-
-
 @dataclass(slots=True)
 class AnswerPlan:
     """Everything the server will stream for one request."""
 
     pieces: list[str]
     """Text of each output token ('' for the tokens of a tool call)."""
-    tool_calls: list[PlannedCall] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    """The tool calls the model makes (their tokens are the empty pieces)."""
     finish_reason: str = "stop"
 
 
@@ -222,9 +216,7 @@ def _clip(pieces: list[str], limit: int) -> AnswerPlan:
     return AnswerPlan(pieces=pieces)
 
 
-def _tool_call(
-    text: str, tools: list[SimTool], rng: random.Random
-) -> PlannedCall | None:
+def _tool_call(text: str, tools: list[SimTool], rng: random.Random) -> ToolCall | None:
     lowered = text.lower()
     for tool in tools:
         if re.search(rf"\b{re.escape(tool.name.lower())}\b", lowered) is None:
@@ -241,7 +233,7 @@ def _tool_call(
                 arguments[key] = json.loads(raw)
             except ValueError:
                 arguments[key] = raw
-        return PlannedCall(
+        return ToolCall(
             id=f"call_{rng.getrandbits(32):08x}", name=tool.name, arguments=arguments
         )
     return None

@@ -648,6 +648,46 @@ def _parse_ollama(body: dict[str, Any]) -> _ParsedChat:
 # --- command line -----------------------------------------------------------------------------
 
 
+def add_sim_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """Add the options that shape a simulated server: ``--<prefix>kind``, ``--<prefix>slots`` ..."""
+    defaults = SimConfig()
+    option = f"--{prefix}"
+    parser.add_argument(
+        f"{option}kind", choices=["llama_cpp", "ollama"], default=defaults.kind
+    )
+    parser.add_argument(f"{option}slots", type=int, default=defaults.slots)
+    parser.add_argument(
+        f"{option}speed", type=float, default=defaults.speed,
+        help="simulated time runs this much faster",
+    )  # fmt: skip
+    parser.add_argument(f"{option}seed", type=int, default=defaults.seed)
+    parser.add_argument(
+        f"{option}kv-capacity", type=int, default=defaults.kv_capacity_tokens
+    )
+    parser.add_argument(
+        f"{option}prefill-chunk", type=int, default=defaults.prefill_chunk_tokens,
+        help="prompt tokens per iteration; 0 for unlimited",
+    )  # fmt: skip
+
+
+def sim_config(args: argparse.Namespace, prefix: str = "", **others: Any) -> SimConfig:
+    """Build the ``SimConfig`` the options of ``add_sim_options`` describe (plus ``others``)."""
+    name = prefix.replace("-", "_")
+
+    def value(key: str) -> Any:
+        return getattr(args, f"{name}{key}")
+
+    return SimConfig(
+        kind=value("kind"),
+        slots=value("slots"),
+        speed=value("speed"),
+        seed=value("seed"),
+        kv_capacity_tokens=value("kv_capacity"),
+        prefill_chunk_tokens=value("prefill_chunk") or None,
+        **others,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Options of the simulator's command line."""
     parser = argparse.ArgumentParser(
@@ -657,32 +697,17 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = SimConfig()
     parser.add_argument("--host", default=defaults.host)
     parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument(
-        "--kind", choices=["llama_cpp", "ollama"], default=defaults.kind
-    )
     parser.add_argument("--model", default=defaults.model)
-    parser.add_argument("--slots", type=int, default=defaults.slots)
-    parser.add_argument("--speed", type=float, default=defaults.speed)
-    parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--kv-capacity", type=int, default=defaults.kv_capacity_tokens)
-    parser.add_argument(
-        "--prefill-chunk", type=int, default=defaults.prefill_chunk_tokens,
-        help="prompt tokens per iteration; 0 for unlimited",
-    )  # fmt: skip
+    add_sim_options(parser)
     parser.add_argument("--max-queue", type=int, default=None)
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     """Turn parsed options into a ``SimConfig``."""
-    return SimConfig(
-        kind=args.kind,
+    return sim_config(
+        args,
         model=args.model,
-        slots=args.slots,
-        speed=args.speed,
-        seed=args.seed,
-        kv_capacity_tokens=args.kv_capacity,
-        prefill_chunk_tokens=args.prefill_chunk or None,
         max_queue=args.max_queue,
         host=args.host,
         port=args.port,

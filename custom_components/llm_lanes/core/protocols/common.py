@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 import json
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, cast
 
-from ..backends.base import ChatMessage, ChatRequest, ToolCall, ToolSpec
+from ..backends.base import ChatMessage, ChatRequest, StreamChunk, ToolCall, ToolSpec
 from ..errors import InvalidRequestError, MalformedStreamError
 
 type Role = Literal["system", "user", "assistant", "tool"]
@@ -27,6 +27,24 @@ class ParsedChat:
     """Stream the answer (SSE / NDJSON) rather than send one object at the end."""
     include_usage: bool = False
     """OpenAI ``stream_options.include_usage``: end the stream with a usage event."""
+
+
+class StreamDecoder(Protocol):
+    """What the client side of each format offers for reading a streamed answer."""
+
+    @property
+    def started(self) -> bool:
+        """Whether the answer has begun (its first token or tool call came)."""
+
+    @property
+    def done(self) -> bool:
+        """Whether the last chunk has been given (the stream said it was done)."""
+
+    def feed(self, line: bytes) -> list[StreamChunk]:
+        """Decode one line of the stream into the chunks it carries."""
+
+    def end(self) -> StreamChunk:
+        """Return the final chunk when the body ends before ``done`` (or raise)."""
 
 
 class PrefixEcho:
@@ -250,22 +268,26 @@ def boolean(obj: Mapping[str, Any], key: str, where: str, *, default: bool) -> b
 
 def integer(obj: Mapping[str, Any], key: str, where: str) -> int | None:
     """Read an optional whole number."""
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequestError(path(where, key), "must be a whole number")
-    return value
+    value = _numeric(obj, key, where, int, "must be a whole number")
+    return None if value is None else int(value)
 
 
 def number(obj: Mapping[str, Any], key: str, where: str) -> float | None:
     """Read an optional number."""
+    value = _numeric(obj, key, where, int | float, "must be a number")
+    return None if value is None else float(value)
+
+
+def _numeric(
+    obj: Mapping[str, Any], key: str, where: str, kind: Any, problem: str
+) -> float | None:
     value = obj.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidRequestError(path(where, key), "must be a number")
-    return float(value)
+    # JSON's true and false are not numbers, though Python's bool is an int.
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise InvalidRequestError(path(where, key), problem)
+    return cast("float", value)
 
 
 def stop_words(obj: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:

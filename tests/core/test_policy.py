@@ -263,16 +263,8 @@ def test_factory_builds_the_policy_a_setting_names(
 @pytest.mark.parametrize("policy", list(Policy))
 def test_every_policy_keeps_the_shared_capacity(policy: Policy) -> None:
     """Both policies stop at max sequences and the prefill budget; a larger request runs alone."""
-    queue = Queue(
-        SchedulerSettings(
-            policy=policy,
-            max_sequences=2,
-            prefill_budget=100,
-            headroom=0,
-            background_share=0,
-            aging_s=0,
-        )
-    )
+    settings = SchedulerSettings(max_sequences=2, prefill_budget=100, headroom=0)
+    queue = Queue(replace(settings, policy=policy))
     huge = entry(1, Lane.INTERACTIVE, prompt=500)
     small = entry(2, Lane.INTERACTIVE, "b", prompt=10)
     queue.push(huge)

@@ -7,7 +7,7 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import StreamChunk
+from custom_components.llm_lanes.core.backends.base import ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.errors import (
     BackendHTTPError,
     LimitExceededError,
@@ -23,7 +23,7 @@ from custom_components.llm_lanes.core.settings import (
     QuotaAction,
     SchedulerSettings,
 )
-from custom_components.llm_lanes.core.snapshot import FinishedRequest
+from custom_components.llm_lanes.core.snapshot import FinishedRequest, GenerateResult
 
 from .fakes import FakeBackend, FakeClock, chat, expected_text, settle
 
@@ -38,6 +38,22 @@ def make(
     finished: list[FinishedRequest] = []
     scheduler.add_listener(finished.append)
     return scheduler, backend, clock, finished
+
+
+def spawn(
+    scheduler: Scheduler,
+    request: ChatRequest,
+    lane: Lane,
+    requester: str,
+    *,
+    prompt_tokens: int | None = None,
+) -> asyncio.Task[GenerateResult]:
+    """Run ``generate`` in a task of its own (a caller that waits its turn)."""
+    return asyncio.create_task(
+        scheduler.generate(
+            request, lane=lane, requester=requester, prompt_tokens=prompt_tokens
+        )
+    )
 
 
 async def collect(stream: AsyncGenerator[StreamChunk]) -> str:
@@ -98,12 +114,7 @@ async def test_queue_full() -> None:
         Lane.AUTOMATION, max_queued=2
     )
     scheduler, _, _, _ = make(settings)
-    tasks = [
-        asyncio.create_task(
-            scheduler.generate(chat(gate=gate), lane=Lane.AUTOMATION, requester="a")
-        )
-        for _ in range(3)
-    ]
+    tasks = [spawn(scheduler, chat(gate=gate), Lane.AUTOMATION, "a") for _ in range(3)]
     await settle()
     with pytest.raises(QueueFullError):
         await scheduler.generate(chat(), lane=Lane.AUTOMATION, requester="a")
@@ -117,17 +128,10 @@ async def test_strict_lane_priority() -> None:
     scheduler, backend, _, _ = make(
         SchedulerSettings(max_sequences=1, headroom=0, background_share=0)
     )
-    first = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate, tag="first"), lane=Lane.AUTOMATION, requester="x"
-        )
-    )
+    first = spawn(scheduler, chat(gate=gate, tag="first"), Lane.AUTOMATION, "x")
     await settle()
     tasks = [
-        asyncio.create_task(
-            scheduler.generate(chat(tag=lane.key), lane=lane, requester=lane.key)
-        )
-        for lane in reversed(Lane)
+        spawn(scheduler, chat(tag=lane.key), lane, lane.key) for lane in reversed(Lane)
     ]
     await settle()
     assert scheduler.snapshot().queue_depth == 4
@@ -147,19 +151,10 @@ async def test_headroom_is_kept_for_voice_and_interactive() -> None:
     gate = asyncio.Event()
     settings = SchedulerSettings(max_sequences=2, headroom=1)
     scheduler, backend, _, _ = make(settings)
-    tasks = [
-        asyncio.create_task(
-            scheduler.generate(chat(gate=gate), lane=Lane.AUTOMATION, requester="a")
-        )
-        for _ in range(2)
-    ]
+    tasks = [spawn(scheduler, chat(gate=gate), Lane.AUTOMATION, "a") for _ in range(2)]
     await settle()
     assert scheduler.snapshot().in_flight == 1
-    tasks.append(
-        asyncio.create_task(
-            scheduler.generate(chat(gate=gate), lane=Lane.INTERACTIVE, requester="b")
-        )
-    )
+    tasks.append(spawn(scheduler, chat(gate=gate), Lane.INTERACTIVE, "b"))
     await settle()
     assert scheduler.snapshot().in_flight == 2
     assert len(backend.streams) == 2
@@ -172,16 +167,8 @@ async def test_prefill_budget_and_oversized_request_runs_alone() -> None:
     gate = asyncio.Event()
     settings = SchedulerSettings(max_sequences=4, prefill_budget=100, headroom=0)
     scheduler, backend, _, _ = make(settings)
-    first = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate), lane=Lane.AUTOMATION, requester="a", prompt_tokens=60
-        )
-    )
-    second = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate), lane=Lane.AUTOMATION, requester="b", prompt_tokens=60
-        )
-    )
+    first = spawn(scheduler, chat(gate=gate), Lane.AUTOMATION, "a", prompt_tokens=60)
+    second = spawn(scheduler, chat(gate=gate), Lane.AUTOMATION, "b", prompt_tokens=60)
     await settle()
     snap = scheduler.snapshot()
     assert (snap.in_flight, snap.prompt_tokens_in_flight, snap.queue_depth) == (
@@ -203,10 +190,7 @@ async def test_lane_concurrency_cap() -> None:
     gate = asyncio.Event()
     scheduler, _, _, _ = make(SchedulerSettings(max_sequences=8, headroom=0))
     tasks = [
-        asyncio.create_task(
-            scheduler.generate(chat(gate=gate), lane=Lane.BACKGROUND, requester="job")
-        )
-        for _ in range(4)
+        spawn(scheduler, chat(gate=gate), Lane.BACKGROUND, "job") for _ in range(4)
     ]
     await settle()
     snap = scheduler.snapshot()
@@ -220,9 +204,7 @@ async def test_background_pause_holds_new_background_work() -> None:
     """Paused background admits nothing until resumed."""
     settings = SchedulerSettings(background_paused=True)
     scheduler, backend, _, _ = make(settings)
-    task = asyncio.create_task(
-        scheduler.generate(chat(), lane=Lane.BACKGROUND, requester="job")
-    )
+    task = spawn(scheduler, chat(), Lane.BACKGROUND, "job")
     await settle()
     assert backend.streams == []
     scheduler.update_settings(SchedulerSettings())
@@ -248,20 +230,12 @@ async def test_aging(
         max_sequences=1, headroom=0, aging_s=aging_s, background_share=0
     )
     scheduler, backend, clock, _ = make(settings)
-    first = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate, tag="first"), lane=Lane.INTERACTIVE, requester="a"
-        )
-    )
+    first = spawn(scheduler, chat(gate=gate, tag="first"), Lane.INTERACTIVE, "a")
     await settle()
-    old = asyncio.create_task(
-        scheduler.generate(chat(tag="old"), lane=Lane.BACKGROUND, requester="job")
-    )
+    old = spawn(scheduler, chat(tag="old"), Lane.BACKGROUND, "job")
     await settle()
     clock.advance(waited_s)
-    new = asyncio.create_task(
-        scheduler.generate(chat(tag="new"), lane=newcomer, requester="b")
-    )
+    new = spawn(scheduler, chat(tag="new"), newcomer, "b")
     await settle()
     gate.set()
     await asyncio.gather(first, old, new)
@@ -272,18 +246,10 @@ async def test_vtc_serves_the_least_served_requester_first() -> None:
     """Backlogged together, a requester of long answers is served less often than a light one."""
     gate = asyncio.Event()
     scheduler, backend, _, _ = make(SchedulerSettings(max_sequences=1, headroom=0))
-    blocker = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate, tag="block"), lane=Lane.AUTOMATION, requester="z"
-        )
-    )
+    blocker = spawn(scheduler, chat(gate=gate, tag="block"), Lane.AUTOMATION, "z")
     await settle()
     tasks = [
-        asyncio.create_task(
-            scheduler.generate(
-                chat(answer_tokens=tokens, tag=tag), lane=Lane.AUTOMATION, requester=who
-            )
-        )
+        spawn(scheduler, chat(answer_tokens=tokens, tag=tag), Lane.AUTOMATION, who)
         for who, tag, tokens in [
             ("heavy", "heavy1", 20),
             ("heavy", "heavy2", 20),
@@ -333,15 +299,9 @@ async def test_prefill_guard_holds_long_background_prompts_while_voice_streams()
     gate = asyncio.Event()
     settings = SchedulerSettings(max_sequences=4, prefill_guard_tokens=100, headroom=0)
     scheduler, backend, _, _ = make(settings)
-    voice = asyncio.create_task(
-        scheduler.generate(chat(gate=gate), lane=Lane.VOICE, requester="v")
-    )
+    voice = spawn(scheduler, chat(gate=gate), Lane.VOICE, "v")
     await settle()
-    long_bg = asyncio.create_task(
-        scheduler.generate(
-            chat(), lane=Lane.BACKGROUND, requester="job", prompt_tokens=500
-        )
-    )
+    long_bg = spawn(scheduler, chat(), Lane.BACKGROUND, "job", prompt_tokens=500)
     await settle()
     assert len(backend.streams) == 1
     gate.set()
@@ -353,10 +313,8 @@ async def test_preemption_resumes_seamlessly() -> None:
     """Voice preempts the background stream; the background caller sees one stream, no repeats."""
     settings = SchedulerSettings(max_sequences=1, headroom=0)
     scheduler, backend, _, finished = make(settings)
-    background = asyncio.create_task(
-        scheduler.generate(
-            chat(answer_tokens=30, tag="bg"), lane=Lane.BACKGROUND, requester="job"
-        )
+    background = spawn(
+        scheduler, chat(answer_tokens=30, tag="bg"), Lane.BACKGROUND, "job"
     )
     await settle(12)
     done_before = backend.streams[0].tokens_sent
@@ -384,13 +342,12 @@ async def test_voice_preempts_background_still_in_prefill() -> None:
     scheduler, backend, _, finished = make(
         SchedulerSettings(max_sequences=2, headroom=1)
     )
-    background = asyncio.create_task(
-        scheduler.generate(
-            chat(answer_tokens=6, prompt_tokens=2000, gate=gate, tag="bg"),
-            lane=Lane.BACKGROUND,
-            requester="job",
-            prompt_tokens=2000,
-        )
+    background = spawn(
+        scheduler,
+        chat(answer_tokens=6, prompt_tokens=2000, gate=gate, tag="bg"),
+        Lane.BACKGROUND,
+        "job",
+        prompt_tokens=2000,
     )
     await settle()
     assert len(backend.active) == 1
@@ -416,20 +373,14 @@ async def test_no_preemption_when_turned_off_or_for_interactive() -> None:
     scheduler, backend, _, _ = make(
         SchedulerSettings(max_sequences=1, headroom=0, preemption=False)
     )
-    background = asyncio.create_task(
-        scheduler.generate(
-            chat(answer_tokens=30), lane=Lane.BACKGROUND, requester="job"
-        )
-    )
+    background = spawn(scheduler, chat(answer_tokens=30), Lane.BACKGROUND, "job")
     await settle(12)
     await scheduler.generate(chat(answer_tokens=3), lane=Lane.VOICE, requester="v")
     await background
     assert not backend.streams[0].closed_early
 
     scheduler, backend, _, _ = make(SchedulerSettings(max_sequences=1, headroom=0))
-    interactive = asyncio.create_task(
-        scheduler.generate(chat(answer_tokens=30), lane=Lane.INTERACTIVE, requester="u")
-    )
+    interactive = spawn(scheduler, chat(answer_tokens=30), Lane.INTERACTIVE, "u")
     await settle(12)
     await scheduler.generate(chat(answer_tokens=3), lane=Lane.VOICE, requester="v")
     await interactive
@@ -487,13 +438,9 @@ async def test_queue_timeout_on_fake_clock() -> None:
         Lane.AUTOMATION, max_wait_s=5.0
     )
     scheduler, _, clock, finished = make(settings)
-    blocker = asyncio.create_task(
-        scheduler.generate(chat(gate=gate), lane=Lane.AUTOMATION, requester="a")
-    )
+    blocker = spawn(scheduler, chat(gate=gate), Lane.AUTOMATION, "a")
     await settle()
-    waiting = asyncio.create_task(
-        scheduler.generate(chat(), lane=Lane.AUTOMATION, requester="b")
-    )
+    waiting = spawn(scheduler, chat(), Lane.AUTOMATION, "b")
     short = asyncio.create_task(
         scheduler.generate(chat(), lane=Lane.AUTOMATION, requester="c", deadline_s=1.0)
     )
@@ -520,12 +467,8 @@ async def test_close_fails_every_caller_and_leaks_nothing() -> None:
     scheduler, backend, _, finished = make(
         SchedulerSettings(max_sequences=1, headroom=0)
     )
-    running = asyncio.create_task(
-        scheduler.generate(chat(gate=gate), lane=Lane.VOICE, requester="a")
-    )
-    waiting = asyncio.create_task(
-        scheduler.generate(chat(), lane=Lane.AUTOMATION, requester="b")
-    )
+    running = spawn(scheduler, chat(gate=gate), Lane.VOICE, "a")
+    waiting = spawn(scheduler, chat(), Lane.AUTOMATION, "b")
     await settle()
     await scheduler.close()
     for task in (running, waiting):
@@ -568,9 +511,7 @@ async def test_wait_limit_fires_on_its_own_timer_with_the_real_clock() -> None:
     clock = FakeClock()
     backend = FakeBackend(clock)
     scheduler = Scheduler(backend, SchedulerSettings(max_sequences=1, headroom=0))
-    blocker = asyncio.create_task(
-        scheduler.generate(chat(gate=gate), lane=Lane.AUTOMATION, requester="a")
-    )
+    blocker = spawn(scheduler, chat(gate=gate), Lane.AUTOMATION, "a")
     await settle()
     with pytest.raises(QueueTimeoutError):
         await scheduler.generate(
@@ -589,16 +530,8 @@ async def test_snapshot_per_requester_and_background_share() -> None:
     )
     scheduler, _, _, finished = make(settings)
     remove = scheduler.add_listener(lambda record: None)
-    running = asyncio.create_task(
-        scheduler.generate(
-            chat(gate=gate, answer_tokens=3), lane=Lane.BACKGROUND, requester="kid"
-        )
-    )
-    waiting = asyncio.create_task(
-        scheduler.generate(
-            chat(answer_tokens=3), lane=Lane.INTERACTIVE, requester="kid"
-        )
-    )
+    running = spawn(scheduler, chat(gate=gate, answer_tokens=3), Lane.BACKGROUND, "kid")
+    waiting = spawn(scheduler, chat(answer_tokens=3), Lane.INTERACTIVE, "kid")
     await settle()
     kid = scheduler.snapshot().requesters["kid"]
     assert (kid.in_flight, kid.queue_depth, kid.quota_tokens) == (1, 1, 1000)
@@ -622,9 +555,7 @@ async def test_fifo_policy_serves_in_arrival_order() -> None:
     settings = SchedulerSettings(policy=Policy.FIFO, max_sequences=1)
     scheduler, backend, _, _ = make(settings)
     tasks = [
-        asyncio.create_task(
-            scheduler.generate(chat(gate=gate, tag=lane.key), lane=lane, requester="a")
-        )
+        spawn(scheduler, chat(gate=gate, tag=lane.key), lane, "a")
         for lane in reversed(Lane)
     ]
     await settle()

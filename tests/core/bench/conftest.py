@@ -1,10 +1,9 @@
-"""Fixtures of the benchmark tests: loopback sockets, a client session, simulated servers."""
+"""Fixtures of the benchmark tests: loopback sockets and simulated servers."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 import pytest
 
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
@@ -13,13 +12,6 @@ from custom_components.llm_lanes.core.bench.simulator import SimConfig, Simulate
 @pytest.fixture(autouse=True)
 def loopback_sockets(socket_enabled: None) -> None:
     """Allow loopback sockets: the simulator is a real server (HA's harness blocks sockets)."""
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    """Open a client session owned by the test."""
-    async with aiohttp.ClientSession() as client:
-        yield client
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The Ollama wire format: requests and streams converted both ways give back what went in."""
+"""The Ollama wire format beyond the round trips: its own fields, lines and errors."""
 
 from __future__ import annotations
 
@@ -8,92 +8,24 @@ from typing import Any
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
-    Answer,
-    ChatMessage,
-    ChatRequest,
-    StreamChunk,
-    TokenUsage,
-    ToolCall,
-    ToolSpec,
-)
+from custom_components.llm_lanes.core.backends.base import StreamChunk, ToolCall
 from custom_components.llm_lanes.core.errors import InvalidRequestError
 from custom_components.llm_lanes.core.protocols import ollama, openai
 from tests.core.fakes import FakeClock
 
-WEATHER = ToolSpec(
-    name="get_weather",
-    description="Weather of a city",
-    parameters={"type": "object", "properties": {"city": {"type": "string"}}},
-)
-# Ollama carries no call ids: the server side numbers calls through the conversation.
-CALLS = (
-    ToolCall(id="call_0", name="get_weather", arguments={"city": "Paris"}),
-    ToolCall(id="call_1", name="get_weather", arguments={"city": "Lyon"}),
-)
-REQUESTS = [
-    ChatRequest(model="llama3.2", messages=(ChatMessage(role="user", content="hi"),)),
-    ChatRequest(
-        model="llama3.2",
-        messages=(
-            ChatMessage(role="system", content="Be brief."),
-            ChatMessage(role="user", content="Weather in Paris and Lyon?"),
-            ChatMessage(role="assistant", tool_calls=CALLS),
-            ChatMessage(role="tool", content="22 C", name="get_weather"),
-            ChatMessage(role="tool", content="19 C", name="get_weather"),
-        ),
-        tools=(WEATHER,),
-        max_tokens=64,
-        temperature=0.2,
-        top_p=0.9,
-        seed=3,
-        stop=("\n\n",),
-        assistant_prefix="Paris is",
-        options={"num_ctx": 4096, "think": False, "keep_alive": "5m"},
-    ),
-    ChatRequest(
-        model="m",
-        messages=(ChatMessage(role="user", content="x"),),
-        json_schema={"type": "object"},
-    ),
-    ChatRequest(
-        model="m", messages=(ChatMessage(role="user", content="x"),), json_mode=True
-    ),
-]
+from .samples import CHUNKS, REQUESTS
 
 
-def decode(request: ChatRequest, data: bytes) -> list[StreamChunk]:
-    """Feed a whole NDJSON body to the client's decoder, as the backend does line by line."""
-    decoder = ollama.StreamDecoder(request, "http://server")
-    chunks: list[StreamChunk] = []
-    for line in data.splitlines():
-        chunks += decoder.feed(line)
-        if decoder.done:
-            return chunks
-    return [*chunks, decoder.end()]
-
-
-@pytest.mark.parametrize("request_", REQUESTS)
-def test_request_round_trip(request_: ChatRequest) -> None:
-    """A request written as a client body and read back by the server side is the same."""
-    body = ollama.chat_body(request_, keep_alive=None)
-    parsed = ollama.parse_chat(json.loads(json.dumps(body)))
-    assert parsed.request == request_
-    assert parsed.stream is True
-
-
-def test_body_places_options_where_ollama_reads_them() -> None:
-    """Sampling in ``options``; keep_alive and think at the top; the request's keep_alive wins."""
-    body = ollama.chat_body(REQUESTS[1], keep_alive=-1)
-    assert body["options"] == {
-        "num_predict": 64,
-        "temperature": 0.2,
-        "top_p": 0.9,
-        "seed": 3,
-        "stop": ["\n\n"],
-        "num_ctx": 4096,
-    }
-    assert (body["keep_alive"], body["think"]) == ("5m", False)
+def test_keep_alive_and_think_travel_at_the_top_level() -> None:
+    """They are options of ours, top-level fields of Ollama's; the request's keep_alive wins."""
+    request = replace(REQUESTS[0], options={"think": False, "keep_alive": "5m", "k": 1})
+    body = ollama.chat_body(request, keep_alive=-1)
+    assert (body["keep_alive"], body["think"], body["options"]) == (
+        "5m",
+        False,
+        {"k": 1},
+    )
+    assert ollama.parse_chat(body).request == request
     assert ollama.chat_body(REQUESTS[0], keep_alive=-1)["keep_alive"] == -1
     assert "keep_alive" not in ollama.chat_body(REQUESTS[0], keep_alive=None)
     assert ollama.chat_body(REQUESTS[3], keep_alive=None)["format"] == "json"
@@ -113,48 +45,22 @@ def test_an_openai_request_reaches_ollama_with_its_options() -> None:
     assert body["options"] == {"num_predict": 10, "top_k": 20}
 
 
-CHUNKS = [
-    StreamChunk(text="It", output_tokens=1),
-    StreamChunk(text=" is", output_tokens=1),
-    StreamChunk(tool_calls=CALLS),
-    StreamChunk(
-        done=True, finish_reason="tool_calls", usage=TokenUsage(26, 12, "server")
-    ),
-]
-
-
-def test_stream_round_trip_with_durations() -> None:
-    """Lines written and read back give the same answer; durations come from the clock."""
+def test_final_line_has_counts_and_durations() -> None:
+    """Prompt evaluation lasts until the first token, evaluation from there to the end."""
     clock = FakeClock(100.0)
     encoder = ollama.StreamEncoder(model="llama3.2", clock=clock, wall_clock=lambda: 0)
-    data = b""
+    lines: list[dict[str, Any]] = []
     for chunk in CHUNKS:
         clock.advance(0.25)
-        data += encoder.ndjson(chunk)
-    chunks = decode(REQUESTS[0], data)
-    assert Answer.of(chunks) == Answer.of(CHUNKS)
-    final = json.loads(data.splitlines()[-1])
+        lines += encoder.feed(chunk)
+    final = lines[-1]
+    assert [line["done"] for line in lines] == [False] * 4 + [True]
     assert final["created_at"] == "1970-01-01T00:00:00Z"
-    assert (final["done"], final["done_reason"]) == (True, "stop")
+    assert final["done_reason"] == "stop"  # Ollama says stop after tool calls too
     assert (final["prompt_eval_count"], final["eval_count"]) == (26, 12)
     assert final["prompt_eval_duration"] == 250_000_000
-    assert final["eval_duration"] == 750_000_000
-    assert final["total_duration"] == 1_000_000_000
-
-
-def test_whole_response_for_a_client_that_does_not_stream() -> None:
-    """The single object holds all the text, the tool calls and the counts."""
-    encoder = ollama.StreamEncoder(model="m", clock=FakeClock(), wall_clock=lambda: 0)
-    for chunk in CHUNKS:
-        encoder.feed(chunk)
-    response = encoder.response()
-    assert response["done"] is True
-    assert response["message"]["content"] == "It is"
-    assert [call["function"] for call in response["message"]["tool_calls"]] == [
-        {"name": "get_weather", "arguments": {"city": "Paris"}},
-        {"name": "get_weather", "arguments": {"city": "Lyon"}},
-    ]
-    assert response["eval_count"] == 12
+    assert final["eval_duration"] == 1_000_000_000
+    assert final["total_duration"] == 1_250_000_000
 
 
 def test_length_and_unknown_counts() -> None:
@@ -162,9 +68,11 @@ def test_length_and_unknown_counts() -> None:
     encoder = ollama.StreamEncoder(model="m", clock=FakeClock(), wall_clock=lambda: 0)
     lines = encoder.feed(StreamChunk(text="a", output_tokens=1))
     lines += encoder.feed(StreamChunk(done=True, finish_reason="length"))
-    assert lines[-1]["done_reason"] == "length"
-    assert lines[-1]["eval_count"] == 1
+    assert (lines[-1]["done_reason"], lines[-1]["eval_count"]) == ("length", 1)
     assert "prompt_eval_count" not in lines[-1]
+    assert (
+        json.loads(encoder.encode(StreamChunk(text="b")))["message"]["content"] == "b"
+    )
 
 
 def test_parse_a_typical_client_request() -> None:
@@ -186,31 +94,31 @@ def test_parse_a_typical_client_request() -> None:
         }
     )
     request = parsed.request
-    assert request.max_tokens is None
-    assert request.stop == ("END",)
+    assert (request.max_tokens, request.stop, request.assistant_prefix) == (
+        None,
+        ("END",),
+        "",
+    )
     assert request.messages[1].tool_calls == (
         ToolCall(id="call_0", name="f", arguments={"a": 1}),
     )
-    assert request.assistant_prefix == ""
     assert parsed.stream is True
-    # Nothing else was asked for.
-    assert replace(request, messages=(), stop=()) == ChatRequest(model="m", messages=())
 
 
 def test_empty_conversation_loads_the_model() -> None:
     """Ollama's load request (no messages) is valid."""
     parsed = ollama.parse_chat({"model": "m", "messages": [], "stream": False})
-    assert parsed.request.messages == ()
-    assert parsed.stream is False
+    assert (parsed.request.messages, parsed.stream) == ((), False)
 
 
 def _body(**changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "m",
-        "messages": [{"role": "user", "content": "x"}],
-    }
-    body.update(changes)
-    return body
+    return {"model": "m", "messages": [{"role": "user", "content": "x"}], **changes}
+
+
+LIST_ARGUMENTS = {
+    "role": "assistant",
+    "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}],
+}
 
 
 @pytest.mark.parametrize(
@@ -225,14 +133,7 @@ def _body(**changes: Any) -> dict[str, Any]:
             "messages[0].images",
         ),
         (
-            _body(
-                messages=[
-                    {
-                        "role": "assistant",
-                        "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}],
-                    }
-                ]
-            ),
+            _body(messages=[LIST_ARGUMENTS]),
             "messages[0].tool_calls[0].function.arguments",
         ),
         (_body(options=[]), "options"),

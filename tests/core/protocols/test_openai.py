@@ -1,4 +1,4 @@
-"""The OpenAI wire format: requests and streams converted both ways give back what went in."""
+"""The OpenAI wire format beyond the round trips: its own fields, events and errors."""
 
 from __future__ import annotations
 
@@ -9,166 +9,91 @@ from typing import Any
 import pytest
 
 from custom_components.llm_lanes.core.backends.base import (
-    Answer,
     ChatMessage,
     ChatRequest,
     StreamChunk,
     TokenUsage,
-    ToolCall,
-    ToolSpec,
 )
 from custom_components.llm_lanes.core.errors import InvalidRequestError
 from custom_components.llm_lanes.core.protocols import openai
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 
-LIGHT = ToolSpec(
-    name="HassTurnOn",
-    description="Turn on a device",
-    parameters={"type": "object", "properties": {"name": {"type": "string"}}},
-)
-CALL = ToolCall(id="call_a1", name="HassTurnOn", arguments={"name": "Kitchen light"})
-CONVERSATION = (
-    ChatMessage(role="system", content="You are a home assistant."),
-    ChatMessage(role="user", content="Turn on the kitchen light"),
-    ChatMessage(role="assistant", tool_calls=(CALL,)),
-    ChatMessage(
-        role="tool", content='{"ok": true}', tool_call_id="call_a1", name="HassTurnOn"
-    ),
-)
-REQUESTS = [
-    ChatRequest(model="m", messages=(ChatMessage(role="user", content="hi"),)),
-    ChatRequest(
-        model="llama",
-        messages=CONVERSATION,
-        tools=(LIGHT,),
-        max_tokens=128,
-        temperature=0.2,
-        top_p=0.9,
-        seed=7,
-        stop=("\n\n", "User:"),
-        assistant_prefix="The kitchen light",
+from .samples import CALLS, CHUNKS, REQUESTS, read_back
+
+HELLO = REQUESTS[0]
+
+
+def decoder(request: ChatRequest = HELLO) -> openai.StreamDecoder:
+    """Make the client's decoder of an answer to ``request``."""
+    return openai.StreamDecoder(request, "http://server")
+
+
+def test_ids_and_priority_survive_the_round_trip() -> None:
+    """OpenAI carries what Ollama cannot: tool call ids, tool results' ids, a priority."""
+    request = replace(
+        REQUESTS[1],
+        messages=(
+            ChatMessage(role="assistant", tool_calls=(replace(CALLS[0], id="x7"),)),
+            ChatMessage(role="tool", content="22 C", tool_call_id="x7", name="w"),
+        ),
         priority=1,
-        options={"top_k": 40, "tool_choice": "auto"},
-    ),
-    ChatRequest(
-        model="m",
-        messages=CONVERSATION[:2],
-        json_schema={"type": "object", "properties": {"on": {"type": "boolean"}}},
-    ),
-    ChatRequest(model="m", messages=CONVERSATION[:2], json_mode=True),
-]
+    )
+    body = openai.chat_body(request, {"priority": 1})
+    assert openai.parse_chat(json.loads(json.dumps(body))).request == request
 
 
-def decode(request: ChatRequest, data: bytes) -> list[StreamChunk]:
-    """Feed a whole SSE body to the client's decoder, as the backend does line by line."""
-    decoder = openai.StreamDecoder(request, "http://server")
-    chunks: list[StreamChunk] = []
-    for line in data.split(b"\n"):
-        if line.strip():
-            chunks += decoder.feed(line.strip())
-        if decoder.done:
-            return chunks
-    return [*chunks, decoder.end()]
-
-
-@pytest.mark.parametrize("request_", REQUESTS)
-def test_request_round_trip(request_: ChatRequest) -> None:
-    """A request written as a client body and read back by the server side is the same."""
-    fields = {"priority": request_.priority} if request_.priority is not None else {}
-    body = openai.chat_body(request_, fields)
-    parsed = openai.parse_chat(json.loads(json.dumps(body)))
-    assert parsed.request == request_
-    assert (parsed.stream, parsed.include_usage) == (True, True)
-
-
-def test_body_puts_the_resume_prefix_last_and_options_over_server_fields() -> None:
-    """The prefix is the final assistant message; the request's options win over server fields."""
+def test_request_options_win_over_server_fields() -> None:
+    """The prefix is the final assistant message; options override what the server kind adds."""
     request = replace(REQUESTS[1], options={"priority": 9})
     body = openai.chat_body(request, {"priority": 1, "continue_final_message": True})
-    assert body["messages"][-1] == {"role": "assistant", "content": "The kitchen light"}
-    assert body["priority"] == 9
-    assert body["continue_final_message"] is True
-    assert body["messages"][2]["tool_calls"][0] == {
-        "id": "call_a1",
-        "type": "function",
-        "function": {"name": "HassTurnOn", "arguments": '{"name": "Kitchen light"}'},
-    }
+    assert body["messages"][-1] == {"role": "assistant", "content": "Paris is"}
+    assert (body["priority"], body["continue_final_message"]) == (9, True)
+    assert body["stream_options"] == {"include_usage": True}
 
 
-CHUNKS = [
-    StreamChunk(text="The", output_tokens=1),
-    StreamChunk(text=" light", output_tokens=1),
-    StreamChunk(text=" is on.", output_tokens=1),
-    StreamChunk(tool_calls=(CALL,)),
-    StreamChunk(
-        done=True, finish_reason="tool_calls", usage=TokenUsage(42, 9, "server")
-    ),
-]
-
-
-def test_stream_round_trip() -> None:
-    """Chunks written as SSE events and read back give the same text, tool calls and usage."""
-    encoder = openai.StreamEncoder(
-        model="m", completion_id="chatcmpl-1", created=1700000000, include_usage=True
-    )
-    data = b"".join(encoder.sse(chunk) for chunk in CHUNKS)
-    assert data.endswith(openai.SSE_DONE)
-    chunks = decode(REQUESTS[0], data)
-    assert Answer.of(chunks) == Answer.of(CHUNKS)
-    assert [chunk.text for chunk in chunks if chunk.text] == [
-        "The",
-        " light",
-        " is on.",
-    ]
-    assert sum(chunk.output_tokens for chunk in chunks) == 3
-
-
-def test_stream_without_usage_event_is_estimated_like_admission() -> None:
-    """Without include_usage the client estimates the prompt as the scheduler's admission does."""
-    encoder = openai.StreamEncoder(model="m", completion_id="c", created=0)
-    data = b"".join(encoder.sse(chunk) for chunk in CHUNKS)
-    request = ChatRequest(model="m", messages=())
-    usage = decode(request, data)[-1].usage
-    # Three text deltas and one tool-call delta, each counted as a token.
-    assert usage == TokenUsage(estimate_prompt_tokens(request), 4, "estimate")
-    assert usage.prompt_tokens == 1  # never 0: the same floor as admission
-
-
-def test_stream_events_and_the_whole_completion() -> None:
-    """The first event names the role; a non-streaming client gets one chat.completion."""
+def test_events_name_the_role_first_and_end_with_usage() -> None:
+    """chat.completion.chunk events: role first, finish reason, then a usage-only event."""
     encoder = openai.StreamEncoder(
         model="m", completion_id="chatcmpl-1", created=1700000000, include_usage=True
     )
     events = [event for chunk in CHUNKS for event in encoder.feed(chunk)]
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert {event["object"] for event in events} == {"chat.completion.chunk"}
+    assert {event["id"] for event in events} == {"chatcmpl-1"}
     assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
-    assert events[-1]["choices"] == []
-    assert events[-1]["usage"] == {
-        "prompt_tokens": 42,
-        "completion_tokens": 9,
-        "total_tokens": 51,
+    assert (events[-1]["choices"], events[-1]["usage"]["total_tokens"]) == ([], 38)
+    answer = encoder.answer()
+    assert answer["object"] == "chat.completion"
+    assert answer["choices"][0]["message"]["tool_calls"] == [
+        openai.tool_call_to_wire(call) for call in CALLS
+    ]
+    assert answer["usage"] == {
+        "prompt_tokens": 26,
+        "completion_tokens": 12,
+        "total_tokens": 38,
     }
-    completion = encoder.completion()
-    assert completion["object"] == "chat.completion"
-    assert completion["id"] == "chatcmpl-1"
-    (choice,) = completion["choices"]
-    assert choice["finish_reason"] == "tool_calls"
-    assert choice["message"]["content"] == "The light is on."
-    assert choice["message"]["tool_calls"] == [openai.tool_call_to_wire(CALL)]
-    assert completion["usage"]["total_tokens"] == 51
 
 
-def test_resume_echo_is_dropped_by_the_decoder() -> None:
-    """A server that streams the resume prefix back first: only the new text reaches the caller."""
-    request = replace(REQUESTS[0], assistant_prefix="Once upon")
+def test_without_usage_the_client_estimates_like_admission() -> None:
+    """No usage event: the prompt is estimated as the scheduler's admission estimates it."""
     encoder = openai.StreamEncoder(model="m", completion_id="c", created=0)
-    pieces = ["Once", " upon", " a", " time"]
-    data = b"".join(
-        encoder.sse(StreamChunk(text=piece, output_tokens=1)) for piece in pieces
-    ) + encoder.sse(StreamChunk(done=True, finish_reason="stop"))
-    chunks = decode(request, data)
-    assert "".join(chunk.text for chunk in chunks) == " a time"
+    data = b"".join(encoder.encode(chunk) for chunk in CHUNKS)
+    assert data.endswith(openai.SSE_DONE)
+    empty = ChatRequest(model="m", messages=())
+    usage = read_back(decoder(empty), data)[-1].usage
+    # Three text deltas and one tool-call delta, each counted as a token.
+    assert usage == TokenUsage(estimate_prompt_tokens(empty), 4, "estimate")
+    assert usage.prompt_tokens == 1  # never 0: the same floor as admission
+
+
+def test_resume_echo_is_dropped() -> None:
+    """A server that streams the resume prefix back first: only the new text reaches the caller."""
+    encoder = openai.StreamEncoder(model="m", completion_id="c", created=0)
+    pieces = [StreamChunk(text=t, output_tokens=1) for t in ("Once", " upon", " a")]
+    data = b"".join(encoder.encode(chunk) for chunk in pieces)
+    data += encoder.encode(StreamChunk(done=True, finish_reason="stop"))
+    chunks = read_back(decoder(replace(HELLO, assistant_prefix="Once upon")), data)
+    assert "".join(chunk.text for chunk in chunks) == " a"
 
 
 def test_parse_a_typical_client_request() -> None:
@@ -198,20 +123,20 @@ def test_parse_a_typical_client_request() -> None:
         ("system", "Be brief."),
         ("user", "Hello there"),
     ]
-    assert request.max_tokens == 20
-    assert request.stop == ("END",)
+    assert (request.max_tokens, request.stop) == (20, ("END",))
     assert request.json_mode and request.json_schema is None
     assert request.options == {"user": "someone"}
     assert (parsed.stream, parsed.include_usage) == (False, False)
 
 
 def _body(**changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "model": "m",
-        "messages": [{"role": "user", "content": "hi"}],
-    }
-    body.update(changes)
-    return body
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **changes}
+
+
+ASSISTANT_CALL = {
+    "role": "assistant",
+    "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": "{x"}}],
+}
 
 
 @pytest.mark.parametrize(
@@ -227,17 +152,7 @@ def _body(**changes: Any) -> dict[str, Any]:
             "messages[0].content[0].type",
         ),
         (
-            _body(
-                messages=[
-                    {"role": "user", "content": "x"},
-                    {
-                        "role": "assistant",
-                        "tool_calls": [
-                            {"id": "1", "function": {"name": "f", "arguments": "{x"}}
-                        ],
-                    },
-                ]
-            ),
+            _body(messages=[{"role": "user", "content": "x"}, ASSISTANT_CALL]),
             "messages[1].tool_calls[0].function.arguments",
         ),
         (_body(tools=[{"type": "retrieval"}]), "tools[0].type"),
@@ -249,6 +164,7 @@ def _body(**changes: Any) -> dict[str, Any]:
         (_body(stop=[1]), "stop"),
         (_body(n=2), "n"),
         (_body(stream="yes"), "stream"),
+        (_body(stream_options=[]), "stream_options"),
         (_body(stream_options={"include_usage": 1}), "stream_options.include_usage"),
         (_body(response_format={"type": "xml"}), "response_format.type"),
         (

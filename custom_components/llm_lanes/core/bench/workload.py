@@ -21,14 +21,17 @@ removing a class (the idle baseline) leaves the others' requests unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 import json
 import math
 from pathlib import Path
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..lanes import Lane
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 PROCESSES = ("poisson", "gamma", "closed", "burst", "trace")
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -234,7 +237,7 @@ def load_scenario(source: str | Path) -> Scenario:
 def parse_scenario(data: Any, *, base_dir: Path | None = None) -> Scenario:
     """Validate a scenario's JSON object; raise ``ScenarioError`` naming the bad field."""
     obj = _object(data, "scenario")
-    _no_extra(obj, {"name", "duration_s", "warmup_s", "seed", "classes"}, "scenario")
+    _no_extra(obj, Scenario, "scenario")
     name = _string(obj, "name", "scenario")
     duration = _number(obj, "duration_s", "scenario", minimum=0, exclusive=True)
     warmup = _number(obj, "warmup_s", "scenario", default=0.0, minimum=0)
@@ -258,19 +261,7 @@ def parse_scenario(data: Any, *, base_dir: Path | None = None) -> Scenario:
 
 def _parse_class(data: Any, where: str, base_dir: Path | None) -> RequestClass:
     obj = _object(data, where)
-    _no_extra(
-        obj,
-        {
-            "name",
-            "lane",
-            "requesters",
-            "arrival",
-            "prompt_tokens",
-            "output_tokens",
-            "slo",
-        },
-        where,
-    )
+    _no_extra(obj, RequestClass, where)
     name = _string(obj, "name", where)
     lane_key = _string(obj, "lane", where)
     try:
@@ -302,19 +293,7 @@ def _parse_class(data: Any, where: str, base_dir: Path | None) -> RequestClass:
 
 def _parse_arrival(data: Any, where: str, base_dir: Path | None) -> Arrival:
     obj = _object(data, where)
-    _no_extra(
-        obj,
-        {
-            "process",
-            "rate_per_s",
-            "burstiness",
-            "concurrency",
-            "every_s",
-            "size",
-            "file",
-        },
-        where,
-    )
+    _no_extra(obj, Arrival, where, derived={"trace"})
     process = _string(obj, "process", where)
     if process not in PROCESSES:
         raise ScenarioError(f"{where}.process: must be one of {', '.join(PROCESSES)}")
@@ -373,7 +352,7 @@ def _read_trace(path: Path, where: str) -> tuple[TraceEntry, ...]:
 
 def _parse_dist(data: Any, where: str) -> TokenDistribution:
     obj = _object(data, where)
-    _no_extra(obj, {"mean", "std", "min", "max"}, where)
+    _no_extra(obj, TokenDistribution, where)
     mean = _number(obj, "mean", where, minimum=1)
     std = _number(obj, "std", where, default=0.0, minimum=0)
     low = _integer(_number(obj, "min", where, default=1, minimum=1), f"{where}.min")
@@ -392,7 +371,15 @@ def _object(data: Any, where: str) -> dict[str, Any]:
     return data
 
 
-def _no_extra(obj: dict[str, Any], allowed: set[str], where: str) -> None:
+def _no_extra(
+    obj: dict[str, Any],
+    kind: type[DataclassInstance],
+    where: str,
+    *,
+    derived: set[str] | None = None,
+) -> None:
+    """Refuse fields that are not fields of ``kind`` (its ``derived`` ones are not read either)."""
+    allowed = {item.name for item in fields(kind)} - (derived or set())
     extra = set(obj) - allowed
     if extra:
         raise ScenarioError(f"{where}: unknown field {', '.join(sorted(extra))}")

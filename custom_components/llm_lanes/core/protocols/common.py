@@ -47,6 +47,19 @@ class StreamDecoder(Protocol):
         """Return the final chunk when the body ends before ``done`` (or raise)."""
 
 
+class StreamEncoder(Protocol):
+    """What the server side of each format offers for writing an answer."""
+
+    def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
+        """Return the objects (events, lines) that carry ``chunk`` on the wire."""
+
+    def encode(self, chunk: StreamChunk) -> bytes:
+        """Return the bytes that carry ``chunk`` on the wire."""
+
+    def answer(self) -> dict[str, Any]:
+        """Return the whole answer fed so far as one object (for a client that did not stream)."""
+
+
 class PrefixEcho:
     """Drops a server's echo of the resume prefix from the start of a streamed answer.
 

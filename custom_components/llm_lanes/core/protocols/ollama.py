@@ -310,7 +310,8 @@ def _iso(seconds: float) -> str:
 class StreamEncoder:
     """Writes an answer's stream chunks as ``/api/chat`` NDJSON lines.
 
-    It also gathers the whole answer, for ``response`` (a client that did not stream). Durations
+    It also gathers the whole answer, for ``answer``: the single object a client that did not
+    stream gets. Durations
     come from ``clock`` (seconds): prompt evaluation up to the first token, evaluation after it.
     """
 
@@ -365,11 +366,11 @@ class StreamEncoder:
             lines.append(self._final(self._message("", ())))
         return lines
 
-    def ndjson(self, chunk: StreamChunk) -> bytes:
+    def encode(self, chunk: StreamChunk) -> bytes:
         """Return the NDJSON lines of ``chunk``."""
         return b"".join(ndjson_line(line) for line in self.feed(chunk))
 
-    def response(self) -> dict[str, Any]:
+    def answer(self) -> dict[str, Any]:
         """Return the single ``/api/chat`` object of the whole answer fed so far."""
         answer = Answer.of(self._chunks)
         return self._final(self._message(answer.text, answer.tool_calls))

@@ -418,7 +418,8 @@ def usage_to_wire(usage: TokenUsage) -> dict[str, int]:
 class StreamEncoder:
     """Writes an answer's stream chunks as ``chat.completion.chunk`` events.
 
-    It also gathers the whole answer, for ``completion`` (a client that did not stream).
+    It also gathers the whole answer, for ``answer``: the ``chat.completion`` object a client
+    that did not stream gets.
     """
 
     model: str
@@ -464,12 +465,12 @@ class StreamEncoder:
                 events.append(final)
         return events
 
-    def sse(self, chunk: StreamChunk) -> bytes:
+    def encode(self, chunk: StreamChunk) -> bytes:
         """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
         data = b"".join(sse_event(event) for event in self.feed(chunk))
         return data + SSE_DONE if chunk.done else data
 
-    def completion(self) -> dict[str, Any]:
+    def answer(self) -> dict[str, Any]:
         """Return the ``chat.completion`` object of the whole answer fed so far."""
         answer = Answer.of(self._chunks)
         message: dict[str, Any] = {

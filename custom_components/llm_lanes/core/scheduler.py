@@ -12,13 +12,12 @@ Contract:
     await scheduler.close()                      # every waiting/running caller gets SchedulerClosedError
 
 What runs next is decided in ``policy.py`` from the bookkeeping of ``run_state.py``; this module
-carries the decisions out. Each request is tracked by a ``ticket.Ticket``. Each admitted
-attempt gets a *pump* task that reads the backend's stream, charges the tokens (``accounting.py``:
-fairness counters, background share, metrics) and hands the chunks to the caller through the
-ticket's channel. Preempting a stream
-cancels its pump (which closes the backend stream, cancelling it at the server) and requeues the
-request; its next pump sends the kept text back as an assistant prefix, and the caller keeps reading
-the same channel, so it sees one seamless stream.
+carries the decisions out. Each request is tracked by a ``ticket.Ticket``; each admitted attempt
+gets a *pump* task that reads the backend's stream, charges the tokens (``accounting.py``: fairness
+counters, background share, metrics) and hands the chunks to the caller through the ticket's
+channel. Preempting a stream cancels its pump (which closes the backend stream, cancelling it at
+the server) and requeues the request; its next pump sends the kept text back as an assistant
+prefix, and the caller keeps reading the same channel, so it sees one seamless stream.
 
 Timing comes from ``clock``. Queue-wait limits are enforced whenever the scheduler decides (arrivals,
 releases) and by a timer; code that drives a fake clock (tests, the simulator) calls ``tick`` after
@@ -31,6 +30,7 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable
 import contextlib
 from dataclasses import replace
+from functools import partial
 import itertools
 import logging
 import time
@@ -139,14 +139,15 @@ class Scheduler:
         wait for admission (in seconds from submission) when tighter than the lane's max wait.
         Closing the iterator early (or cancelling the task) frees the slot or queue place at once.
         """
-        return self._run(
+        submit = partial(
+            self._submit,
             request,
             lane=lane,
             requester=requester,
             prompt_tokens=prompt_tokens,
             deadline_s=deadline_s,
-            sink=None,
         )
+        return self._run(submit)
 
     async def generate(
         self,
@@ -159,16 +160,16 @@ class Scheduler:
     ) -> GenerateResult:
         """Run a request to the end and collect its answer."""
         sink: list[FinishedRequest] = []
-        async with contextlib.aclosing(
-            self._run(
-                request,
-                lane=lane,
-                requester=requester,
-                prompt_tokens=prompt_tokens,
-                deadline_s=deadline_s,
-                sink=sink,
-            )
-        ) as chunks:
+        submit = partial(
+            self._submit,
+            request,
+            lane=lane,
+            requester=requester,
+            prompt_tokens=prompt_tokens,
+            deadline_s=deadline_s,
+            sink=sink,
+        )
+        async with contextlib.aclosing(self._run(submit)) as chunks:
             answer = Answer.of([chunk async for chunk in chunks])
         record = sink[0]
         return GenerateResult(
@@ -220,24 +221,9 @@ class Scheduler:
 
     # --- one request, from the caller's side -------------------------------------------------------
 
-    async def _run(
-        self,
-        request: ChatRequest,
-        *,
-        lane: Lane,
-        requester: str,
-        prompt_tokens: int | None,
-        deadline_s: float | None,
-        sink: list[FinishedRequest] | None,
-    ) -> AsyncGenerator[StreamChunk]:
-        ticket = self._submit(
-            request,
-            lane=lane,
-            requester=requester,
-            prompt_tokens=prompt_tokens,
-            deadline_s=deadline_s,
-            sink=sink,
-        )
+    async def _run(self, submit: Callable[[], Ticket]) -> AsyncGenerator[StreamChunk]:
+        """Submit the request when iteration starts, then hand over its chunks."""
+        ticket = submit()
         outcome = "cancelled"
         error: str | None = None
         try:
@@ -265,7 +251,7 @@ class Scheduler:
         requester: str,
         prompt_tokens: int | None,
         deadline_s: float | None,
-        sink: list[FinishedRequest] | None,
+        sink: list[FinishedRequest] | None = None,
     ) -> Ticket:
         """Check the limits and the quota, then queue the request (or raise, nothing sent)."""
         if self._loop is None:

@@ -27,10 +27,10 @@ from collections.abc import Iterable, Sequence
 import csv
 from dataclasses import fields
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+from .. import metrics
 from ..settings import SchedulerSettings
 from .runner import RequestRecord, RunResult
 from .workload import RequestClass
@@ -45,14 +45,8 @@ CLASS_FIELDS = (
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (``q`` in 0..100); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """Linear-interpolated percentile (``q`` in 0..100), as the scheduler's; None for no values."""
+    return metrics.percentile(sorted(values), q / 100) if values else None
 
 
 def settings_dict(settings: SchedulerSettings) -> dict[str, Any]:

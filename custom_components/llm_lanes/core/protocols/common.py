@@ -11,8 +11,16 @@ from dataclasses import dataclass
 import json
 from typing import Any, Literal, Protocol, cast
 
-from ..backends.base import ChatMessage, ChatRequest, StreamChunk, ToolCall, ToolSpec
-from ..errors import InvalidRequestError, MalformedStreamError
+from ..backends.base import (
+    ChatMessage,
+    ChatRequest,
+    StreamChunk,
+    TokenUsage,
+    ToolCall,
+    ToolSpec,
+)
+from ..errors import InvalidRequestError, MalformedStreamError, StreamClosedError
+from ..tokens import estimate_prompt_tokens
 
 type Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
@@ -58,6 +66,21 @@ class StreamEncoder(Protocol):
 
     def answer(self) -> dict[str, Any]:
         """Return the whole answer fed so far as one object (for a client that did not stream)."""
+
+
+def estimated_usage(request: ChatRequest, output_tokens: int) -> TokenUsage:
+    """Return the usage of an answer whose server gave no counts.
+
+    The prompt is estimated as the scheduler's admission estimates it; the output is what streamed.
+    """
+    return TokenUsage(estimate_prompt_tokens(request), output_tokens, "estimate")
+
+
+def stream_closed(url: str) -> StreamClosedError:
+    """Return the error of a stream that ended before the server said it was done."""
+    return StreamClosedError(
+        f"the server at {url} closed the stream before it was done", url=url
+    )
 
 
 class PrefixEcho:

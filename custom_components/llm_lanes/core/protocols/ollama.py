@@ -30,19 +30,13 @@ from ..backends.base import (
     TokenUsage,
     ToolCall,
 )
-from ..errors import (
-    BackendError,
-    InvalidRequestError,
-    MalformedStreamError,
-    StreamClosedError,
-    http_error,
-)
-from ..tokens import estimate_prompt_tokens
+from ..errors import BackendError, InvalidRequestError, MalformedStreamError, http_error
 from .common import (
     ParsedChat,
     as_list,
     as_object,
     boolean,
+    estimated_usage,
     integer,
     json_object,
     number,
@@ -52,6 +46,7 @@ from .common import (
     sampling_to_wire,
     split_prefix,
     stop_words,
+    stream_closed,
     stream_object,
     string,
     text_content,
@@ -171,27 +166,19 @@ class StreamDecoder:
 
     def end(self) -> StreamChunk:
         """Raise: the body ended before its ``done`` line."""
-        raise StreamClosedError(
-            f"the server at {self._url} closed the stream before it was done",
-            url=self._url,
-        )
+        raise stream_closed(self._url)
 
     def _usage(self, data: dict[str, Any]) -> TokenUsage:
         prompt = data.get("prompt_eval_count")
         output = data.get("eval_count")
-        if isinstance(output, int):
-            # A cached prompt can leave prompt_eval_count out; the estimate fills only that gap.
-            return TokenUsage(
-                prompt_tokens=int(prompt)
-                if isinstance(prompt, int)
-                else estimate_prompt_tokens(self._request),
-                output_tokens=output,
-                source="server",
-            )
+        estimate = estimated_usage(self._request, self._output_tokens)
+        if not isinstance(output, int):
+            return estimate
+        # A cached prompt can leave prompt_eval_count out; the estimate fills only that gap.
         return TokenUsage(
-            prompt_tokens=estimate_prompt_tokens(self._request),
-            output_tokens=self._output_tokens,
-            source="estimate",
+            prompt if isinstance(prompt, int) else estimate.prompt_tokens,
+            output,
+            "server",
         )
 
 

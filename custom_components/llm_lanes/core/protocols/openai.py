@@ -26,20 +26,14 @@ from ..backends.base import (
     TokenUsage,
     ToolCall,
 )
-from ..errors import (
-    BackendError,
-    InvalidRequestError,
-    MalformedStreamError,
-    StreamClosedError,
-    http_error,
-)
-from ..tokens import estimate_prompt_tokens
+from ..errors import BackendError, InvalidRequestError, MalformedStreamError, http_error
 from .common import (
     ParsedChat,
     PrefixEcho,
     as_list,
     as_object,
     boolean,
+    estimated_usage,
     integer,
     number,
     optional_object,
@@ -48,6 +42,7 @@ from .common import (
     sampling_to_wire,
     split_prefix,
     stop_words,
+    stream_closed,
     stream_object,
     string,
     text_content,
@@ -205,10 +200,7 @@ class StreamDecoder:
     def end(self) -> StreamChunk:
         """Return the final chunk once the body ended without ``[DONE]``."""
         if self.finish_reason is None:
-            raise StreamClosedError(
-                f"the server at {self.url} closed the stream before it was done",
-                url=self.url,
-            )
+            raise stream_closed(self.url)
         return self._final()
 
     def _add_tool_call_pieces(self, pieces: list[dict[str, Any]]) -> None:
@@ -257,11 +249,7 @@ class StreamDecoder:
         reason = self.finish_reason or "stop"
         if calls and reason == "stop":
             reason = "tool_calls"
-        usage = self._usage or TokenUsage(
-            prompt_tokens=estimate_prompt_tokens(self.request),
-            output_tokens=self._streamed_tokens,
-            source="estimate",
-        )
+        usage = self._usage or estimated_usage(self.request, self._streamed_tokens)
         return StreamChunk(
             tool_calls=calls, done=True, finish_reason=reason, usage=usage
         )

@@ -92,13 +92,15 @@ class SchedulingPolicy(ABC):
 def has_room(state: RunState, request: QueuedRequest) -> bool:
     """Whether the shared capacity takes the request: a free slot and room in the prefill budget.
 
-    A request larger than the whole budget runs alone rather than never.
+    An idle server takes any request: one larger than the whole budget runs alone rather than never.
     """
-    settings = state.settings
     in_flight = state.in_flight
-    return in_flight < max(settings.max_sequences, 1) and not (
-        in_flight
-        and state.prompt_in_flight + request.prompt_tokens > settings.prefill_budget
+    if not in_flight:
+        return True
+    settings = state.settings
+    return (
+        in_flight < max(settings.max_sequences, 1)
+        and state.prompt_in_flight + request.prompt_tokens <= settings.prefill_budget
     )
 
 

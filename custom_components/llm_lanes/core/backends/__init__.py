@@ -4,6 +4,7 @@
 - ``ollama``: Ollama's native API; ``openai``: llama.cpp, vLLM, LM Studio, LocalAI and other
   OpenAI-compatible servers.
 - ``detect``: which kind of server answers at a base URL, and the client for it.
-- ``transport``: timeouts, streamed lines and typed errors shared by both clients.
+- ``transport``: timeouts, streamed answers, and failures turned into typed errors, for both
+  clients (the wire formats themselves are ``core.protocols``).
 - ``prometheus``: ``/metrics`` of llama.cpp and vLLM.
 """

@@ -222,9 +222,11 @@ def parse_chat(body: Any) -> ParsedChat:
     """
     obj = as_object(body, "request")
     parsed: list[ChatMessage] = []
+    calls = 0
     for index, item in enumerate(as_list(obj.get("messages"), "messages")):
-        calls_before = sum(len(message.tool_calls) for message in parsed)
-        parsed.append(_message_from_wire(item, f"messages[{index}]", calls_before))
+        message = _message_from_wire(item, f"messages[{index}]", calls)
+        calls += len(message.tool_calls)
+        parsed.append(message)
     messages, prefix = split_prefix(parsed)
     options = optional_object(obj, "options")
     max_tokens = integer(options, "num_predict", "options")
@@ -246,11 +248,9 @@ def parse_chat(body: Any) -> ParsedChat:
         assistant_prefix=prefix,
         options=extra,
     )
-    return ParsedChat(
-        request=request,
-        stream=boolean(obj, "stream", "", default=True),
-        include_usage=True,
-    )
+    # Ollama's last line always carries the counts.
+    stream = boolean(obj, "stream", "", default=True)
+    return ParsedChat(request=request, stream=stream, include_usage=True)
 
 
 def _message_from_wire(raw: Any, where: str, calls_before: int) -> ChatMessage:

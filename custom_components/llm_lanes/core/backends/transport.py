@@ -13,7 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 import json
 import logging
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 
@@ -64,6 +64,17 @@ def _connection_error(
     return BackendConnectionError(f"request to {url} failed: {err}", url=url)
 
 
+class CallOptions(TypedDict, total=False):
+    """What a plain call may carry besides its method and path."""
+
+    json_body: Mapping[str, Any] | None
+    """A JSON body to send."""
+    timeout_s: float | None
+    """The limit on the whole call (``BackendTimeouts.request_s`` when not given)."""
+    model: str | None
+    """The model the call is about (a 404 naming it is ``ModelNotFoundError``)."""
+
+
 class HttpClient:
     """Thin JSON/streaming client around a caller-owned aiohttp session."""
 
@@ -112,28 +123,24 @@ class HttpClient:
         )
 
     async def request_text(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Mapping[str, Any] | None = None,
-        timeout_s: float | None = None,
-        model: str | None = None,
+        self, method: str, path: str, **options: Unpack[CallOptions]
     ) -> str:
         """Make a plain call and return the body; raise a typed error on any failure."""
         url = self.url(path)
-        total = timeout_s or self.timeouts.request_s
+        total = options.get("timeout_s") or self.timeouts.request_s
         try:
             response = await self._send(
                 method,
                 url,
-                json_body=json_body,
+                json_body=options.get("json_body"),
                 timeout=_client_timeout(self.timeouts, total),
             )
             async with response:
                 body = await response.text(errors="replace")
                 if response.status >= 400:
-                    raise http_error(response.status, body, url=url, model=model)
+                    raise http_error(
+                        response.status, body, url=url, model=options.get("model")
+                    )
                 return body
         except BackendError:
             raise
@@ -147,18 +154,10 @@ class HttpClient:
             raise _connection_error(err, url, self.timeouts) from err
 
     async def request_json(
-        self,
-        method: str,
-        path: str,
-        *,
-        json_body: Mapping[str, Any] | None = None,
-        timeout_s: float | None = None,
-        model: str | None = None,
+        self, method: str, path: str, **options: Unpack[CallOptions]
     ) -> Any:
         """Make a plain call and decode its JSON body."""
-        body = await self.request_text(
-            method, path, json_body=json_body, timeout_s=timeout_s, model=model
-        )
+        body = await self.request_text(method, path, **options)
         try:
             return json.loads(body)
         except ValueError as err:

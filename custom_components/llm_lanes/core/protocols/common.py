@@ -1,12 +1,14 @@
 """What the OpenAI and Ollama wire formats share.
 
-Function tools, tool calls, the resume prefix, and reading a client's fields. The readers raise ``InvalidRequestError`` naming the field (``messages[2].role``), so a server can
-answer 400 with a message that says what to fix.
+The decoder and encoder interfaces, estimated usage, the resume prefix (split off a request, its
+echo dropped from a stream), sampling settings, function tools, and ``Fields``: reading a client's
+request field by field, raising ``InvalidRequestError`` that names the bad one
+(``messages[2].role``), so a server can answer 400 with a message that says what to fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 import json
 from typing import Any, Literal, Protocol, cast
@@ -156,31 +158,6 @@ def tools_to_wire(tools: Iterable[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def tools_from_wire(raw: Any, where: str = "tools") -> tuple[ToolSpec, ...]:
-    """Read a client's function tools."""
-    tools: list[ToolSpec] = []
-    for index, item in enumerate(as_list(raw, where)):
-        place = f"{where}[{index}]"
-        tool = as_object(item, place)
-        if tool.get("type", "function") != "function":
-            raise InvalidRequestError(
-                path(place, "type"), "only function tools are supported"
-            )
-        function = as_object(tool.get("function"), path(place, "function"))
-        tools.append(
-            ToolSpec(
-                name=string(function, "name", path(place, "function")),
-                description=string(
-                    function, "description", path(place, "function"), default=""
-                ),
-                parameters=as_object(
-                    function.get("parameters", {}), f"{place}.function.parameters"
-                ),
-            )
-        )
-    return tuple(tools)
-
-
 def json_object(arguments: Any) -> dict[str, Any] | None:
     """Return tool call arguments as an object: given as one, or as JSON text ("" is {})."""
     if isinstance(arguments, str):
@@ -189,48 +166,6 @@ def json_object(arguments: Any) -> dict[str, Any] | None:
         except ValueError:
             return None
     return arguments if isinstance(arguments, dict) else None
-
-
-def tool_calls_from_wire(
-    raw: Any, where: str, *, first_index: int = 0
-) -> tuple[ToolCall, ...]:
-    """Read the tool calls of a client's message (arguments as an object or JSON text).
-
-    A call without an id is numbered ``call_<n>``, counting from ``first_index``.
-    """
-    calls: list[ToolCall] = []
-    for index, item in enumerate(as_list(raw, where)):
-        place = f"{where}[{index}]"
-        call = as_object(item, place)
-        function = as_object(call.get("function"), path(place, "function"))
-        arguments = json_object(function.get("arguments", {}))
-        if arguments is None:
-            raise InvalidRequestError(
-                f"{place}.function.arguments", "must be a JSON object"
-            )
-        calls.append(
-            ToolCall(
-                id=string(call, "id", place, default=f"call_{first_index + index}"),
-                name=string(function, "name", path(place, "function")),
-                arguments=arguments,
-            )
-        )
-    return tuple(calls)
-
-
-def text_content(content: Any, where: str) -> str:
-    """Read a message's text: a string, null, or a list of text parts."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    parts: list[str] = []
-    for index, item in enumerate(as_list(content, where)):
-        part = as_object(item, f"{where}[{index}]")
-        if part.get("type") != "text":
-            raise InvalidRequestError(
-                f"{where}[{index}].type", "only text parts are supported"
-            )
-        parts.append(string(part, "text", f"{where}[{index}]"))
-    return "".join(parts)
 
 
 def split_prefix(
@@ -246,93 +181,166 @@ def split_prefix(
     return tuple(messages), ""
 
 
-def path(where: str, key: str) -> str:
-    """Name a field of the object at ``where`` (``""`` for the request itself)."""
-    return f"{where}.{key}" if where else key
+class Fields:
+    """One JSON object of a client's request, read field by field.
 
+    Every reader raises ``InvalidRequestError`` naming the field (``messages[2].role``).
+    """
 
-def as_object(value: Any, where: str) -> dict[str, Any]:
-    """Return ``value`` if it is a JSON object."""
-    if not isinstance(value, dict):
-        raise InvalidRequestError(where, "must be an object")
-    return value
+    __slots__ = ("_obj", "where")
 
+    def __init__(self, value: Any, where: str = "") -> None:
+        """Read ``value``, the object at ``where`` ("" for the request itself)."""
+        if not isinstance(value, dict):
+            raise InvalidRequestError(where or "request", "must be an object")
+        self._obj: dict[str, Any] = value
+        self.where = where
 
-def optional_object(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """Read an object field of the request (absent or null reads as an empty one)."""
-    value = obj.get(key)
-    return {} if value is None else as_object(value, key)
+    def name(self, key: str) -> str:
+        """Name one of the fields (``messages[0].content``)."""
+        return f"{self.where}.{key}" if self.where else key
 
+    @property
+    def value(self) -> dict[str, Any]:
+        """The object as it came."""
+        return self._obj
 
-def as_list(value: Any, where: str) -> list[Any]:
-    """Return ``value`` if it is a JSON list (None reads as an empty one)."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise InvalidRequestError(where, "must be a list")
-    return value
+    def get(self, key: str, default: Any = None) -> Any:
+        """Return a field as it came."""
+        return self._obj.get(key, default)
 
+    def others(self, read: Iterable[str]) -> dict[str, Any]:
+        """Return the fields not in ``read`` (what passes through)."""
+        known = set(read)
+        return {key: value for key, value in self._obj.items() if key not in known}
 
-def string(
-    obj: Mapping[str, Any], key: str, where: str, *, default: str | None = None
-) -> str:
-    """Read a string field (required unless it has a default)."""
-    value = obj.get(key)
-    if value is None and default is not None:
-        return default
-    if not isinstance(value, str):
-        raise InvalidRequestError(path(where, key), "must be a string")
-    return value
+    def nested(self, key: str, *, required: bool = False) -> Fields:
+        """Read an object field (absent or null reads as an empty one unless required)."""
+        value = self._obj.get(key)
+        return Fields({} if value is None and not required else value, self.name(key))
 
+    def array(self, key: str) -> list[Any]:
+        """Read a list field (absent or null reads as an empty one)."""
+        value = self._obj.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise InvalidRequestError(self.name(key), "must be a list")
+        return value
 
-def role(obj: Mapping[str, Any], where: str) -> Role:
-    """Read a message's role."""
-    value = string(obj, "role", where)
-    for known in ROLES:
-        if value == known:
-            return known
-    raise InvalidRequestError(path(where, "role"), f"must be one of {', '.join(ROLES)}")
+    def objects(self, key: str) -> list[Fields]:
+        """Read a list of objects."""
+        where = self.name(key)
+        return [Fields(item, f"{where}[{i}]") for i, item in enumerate(self.array(key))]
 
+    def string(self, key: str, *, default: str | None = None) -> str:
+        """Read a string field (required unless it has a default)."""
+        value = self._obj.get(key)
+        if value is None and default is not None:
+            return default
+        if not isinstance(value, str):
+            raise InvalidRequestError(self.name(key), "must be a string")
+        return value
 
-def boolean(obj: Mapping[str, Any], key: str, where: str, *, default: bool) -> bool:
-    """Read a true/false field."""
-    value = obj.get(key, default)
-    if not isinstance(value, bool):
-        raise InvalidRequestError(path(where, key), "must be true or false")
-    return value
+    def role(self) -> Role:
+        """Read a message's role."""
+        value = self.string("role")
+        for known in ROLES:
+            if value == known:
+                return known
+        raise InvalidRequestError(
+            self.name("role"), f"must be one of {', '.join(ROLES)}"
+        )
 
+    def boolean(self, key: str, *, default: bool) -> bool:
+        """Read a true/false field."""
+        value = self._obj.get(key, default)
+        if not isinstance(value, bool):
+            raise InvalidRequestError(self.name(key), "must be true or false")
+        return value
 
-def integer(obj: Mapping[str, Any], key: str, where: str) -> int | None:
-    """Read an optional whole number."""
-    value = _numeric(obj, key, where, int, "must be a whole number")
-    return None if value is None else int(value)
+    def integer(self, key: str) -> int | None:
+        """Read an optional whole number."""
+        value = self._numeric(key, int, "must be a whole number")
+        return None if value is None else int(value)
 
+    def number(self, key: str) -> float | None:
+        """Read an optional number."""
+        value = self._numeric(key, int | float, "must be a number")
+        return None if value is None else float(value)
 
-def number(obj: Mapping[str, Any], key: str, where: str) -> float | None:
-    """Read an optional number."""
-    value = _numeric(obj, key, where, int | float, "must be a number")
-    return None if value is None else float(value)
+    def _numeric(self, key: str, kind: Any, problem: str) -> float | None:
+        value = self._obj.get(key)
+        if value is None:
+            return None
+        # JSON's true and false are not numbers, though Python's bool is an int.
+        if isinstance(value, bool) or not isinstance(value, kind):
+            raise InvalidRequestError(self.name(key), problem)
+        return cast("float", value)
 
+    def stop(self, key: str) -> tuple[str, ...]:
+        """Read stop sequences: one string or a list of them."""
+        value = self._obj.get(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,)
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return tuple(value)
+        raise InvalidRequestError(
+            self.name(key), "must be a string or a list of strings"
+        )
 
-def _numeric(
-    obj: Mapping[str, Any], key: str, where: str, kind: Any, problem: str
-) -> float | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    # JSON's true and false are not numbers, though Python's bool is an int.
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise InvalidRequestError(path(where, key), problem)
-    return cast("float", value)
+    def text(self, key: str) -> str:
+        """Read a message's text: a string, null, or a list of text parts."""
+        value = self._obj.get(key)
+        if value is None or isinstance(value, str):
+            return value or ""
+        parts: list[str] = []
+        for part in self.objects(key):
+            if part.get("type") != "text":
+                raise InvalidRequestError(
+                    part.name("type"), "only text parts are supported"
+                )
+            parts.append(part.string("text"))
+        return "".join(parts)
 
+    def tools(self, key: str = "tools") -> tuple[ToolSpec, ...]:
+        """Read function tools."""
+        tools: list[ToolSpec] = []
+        for tool in self.objects(key):
+            if tool.get("type", "function") != "function":
+                raise InvalidRequestError(
+                    tool.name("type"), "only function tools are supported"
+                )
+            function = tool.nested("function", required=True)
+            tools.append(
+                ToolSpec(
+                    name=function.string("name"),
+                    description=function.string("description", default=""),
+                    parameters=function.nested("parameters").value,
+                )
+            )
+        return tuple(tools)
 
-def stop_words(obj: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
-    """Read stop sequences: one string or a list of them."""
-    value = obj.get(key)
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(item, str) for item in value):
-        return tuple(value)
-    raise InvalidRequestError(path(where, key), "must be a string or a list of strings")
+    def tool_calls(self, key: str, *, first_index: int = 0) -> tuple[ToolCall, ...]:
+        """Read a message's tool calls (arguments as an object or JSON text).
+
+        A call without an id is numbered ``call_<n>``, counting from ``first_index``.
+        """
+        calls: list[ToolCall] = []
+        for index, call in enumerate(self.objects(key)):
+            function = call.nested("function", required=True)
+            arguments = json_object(function.get("arguments", {}))
+            if arguments is None:
+                raise InvalidRequestError(
+                    function.name("arguments"), "must be a JSON object"
+                )
+            calls.append(
+                ToolCall(
+                    id=call.string("id", default=f"call_{first_index + index}"),
+                    name=function.string("name"),
+                    arguments=arguments,
+                )
+            )
+        return tuple(calls)

@@ -32,26 +32,14 @@ from ..backends.base import (
 )
 from ..errors import BackendError, InvalidRequestError, MalformedStreamError, http_error
 from .common import (
+    Fields,
     ParsedChat,
-    as_list,
-    as_object,
-    boolean,
     estimated_usage,
-    integer,
     json_object,
-    number,
-    optional_object,
-    path,
-    role,
     sampling_to_wire,
     split_prefix,
-    stop_words,
     stream_closed,
     stream_object,
-    string,
-    text_content,
-    tool_calls_from_wire,
-    tools_from_wire,
     tools_to_wire,
 )
 
@@ -220,53 +208,52 @@ def parse_chat(body: Any) -> ParsedChat:
 
     An empty conversation is valid (Ollama loads the model and answers at once).
     """
-    obj = as_object(body, "request")
+    fields = Fields(body)
     parsed: list[ChatMessage] = []
     calls = 0
-    for index, item in enumerate(as_list(obj.get("messages"), "messages")):
-        message = _message_from_wire(item, f"messages[{index}]", calls)
+    for item in fields.objects("messages"):
+        message = _message_from_wire(item, calls)
         calls += len(message.tool_calls)
         parsed.append(message)
     messages, prefix = split_prefix(parsed)
-    options = optional_object(obj, "options")
-    max_tokens = integer(options, "num_predict", "options")
-    extra = {k: v for k, v in options.items() if k not in _SAMPLING_OPTIONS}
-    extra.update({key: obj[key] for key in TOP_LEVEL_OPTIONS if key in obj})
-    json_schema, json_mode = _format(obj.get("format"))
+    options = fields.nested("options")
+    max_tokens = options.integer("num_predict")
+    extra = options.others(_SAMPLING_OPTIONS)
+    extra.update(
+        {key: fields.get(key) for key in TOP_LEVEL_OPTIONS if key in fields.value}
+    )
+    json_schema, json_mode = _format(fields.get("format"))
     request = ChatRequest(
-        model=string(obj, "model", ""),
+        model=fields.string("model"),
         messages=messages,
-        tools=tools_from_wire(obj.get("tools")),
+        tools=fields.tools(),
         # num_predict -1 (no limit) and -2 (fill the context) set no limit of ours.
         max_tokens=None if max_tokens is None or max_tokens < 0 else max_tokens,
-        temperature=number(options, "temperature", "options"),
-        top_p=number(options, "top_p", "options"),
-        seed=integer(options, "seed", "options"),
-        stop=stop_words(options, "stop", "options"),
+        temperature=options.number("temperature"),
+        top_p=options.number("top_p"),
+        seed=options.integer("seed"),
+        stop=options.stop("stop"),
         json_schema=json_schema,
         json_mode=json_mode,
         assistant_prefix=prefix,
         options=extra,
     )
     # Ollama's last line always carries the counts.
-    stream = boolean(obj, "stream", "", default=True)
+    stream = fields.boolean("stream", default=True)
     return ParsedChat(request=request, stream=stream, include_usage=True)
 
 
-def _message_from_wire(raw: Any, where: str, calls_before: int) -> ChatMessage:
-    obj = as_object(raw, where)
-    kind = role(obj, where)
-    if obj.get("images"):
-        raise InvalidRequestError(path(where, "images"), "images are not supported")
+def _message_from_wire(fields: Fields, calls_before: int) -> ChatMessage:
+    role = fields.role()
+    if fields.get("images"):
+        raise InvalidRequestError(fields.name("images"), "images are not supported")
     name = None
-    if kind == "tool":
-        name = string(obj, "tool_name", where, default="") or None
+    if role == "tool":
+        name = fields.string("tool_name", default="") or None
     return ChatMessage(
-        role=kind,
-        content=text_content(obj.get("content"), path(where, "content")),
-        tool_calls=tool_calls_from_wire(
-            obj.get("tool_calls"), path(where, "tool_calls"), first_index=calls_before
-        ),
+        role=role,
+        content=fields.text("content"),
+        tool_calls=fields.tool_calls("tool_calls", first_index=calls_before),
         name=name,
     )
 

@@ -28,26 +28,14 @@ from ..backends.base import (
 )
 from ..errors import BackendError, InvalidRequestError, MalformedStreamError, http_error
 from .common import (
+    Fields,
     ParsedChat,
     PrefixEcho,
-    as_list,
-    as_object,
-    boolean,
     estimated_usage,
-    integer,
-    number,
-    optional_object,
-    path,
-    role,
     sampling_to_wire,
     split_prefix,
-    stop_words,
     stream_closed,
     stream_object,
-    string,
-    text_content,
-    tool_calls_from_wire,
-    tools_from_wire,
     tools_to_wire,
 )
 
@@ -306,81 +294,70 @@ def _stream_error(data: dict[str, Any], url: str, model: str) -> BackendError:
 
 def parse_chat(body: Any) -> ParsedChat:
     """Read a client's ``/v1/chat/completions`` request (``InvalidRequestError`` names a bad field)."""
-    obj = as_object(body, "request")
-    raw_messages = as_list(obj.get("messages"), "messages")
+    fields = Fields(body)
+    raw_messages = fields.objects("messages")
     if not raw_messages:
         raise InvalidRequestError("messages", "must hold at least one message")
-    messages, prefix = split_prefix(
-        [
-            _message_from_wire(item, f"messages[{i}]")
-            for i, item in enumerate(raw_messages)
-        ]
-    )
-    if integer(obj, "n", "") not in {None, 1}:
+    messages, prefix = split_prefix([_message_from_wire(m) for m in raw_messages])
+    if fields.integer("n") not in {None, 1}:
         raise InvalidRequestError("n", "only one choice is supported")
-    max_tokens = integer(obj, "max_completion_tokens", "")
+    max_tokens = fields.integer("max_completion_tokens")
     if max_tokens is None:
-        max_tokens = integer(obj, "max_tokens", "")
+        max_tokens = fields.integer("max_tokens")
     if max_tokens is not None and max_tokens < 1:
         raise InvalidRequestError("max_tokens", "must be at least 1")
-    json_schema, json_mode = _response_format(obj.get("response_format"))
-    stream_options = optional_object(obj, "stream_options")
+    json_schema, json_mode = _response_format(fields.nested("response_format"))
     request = ChatRequest(
-        model=string(obj, "model", ""),
+        model=fields.string("model"),
         messages=messages,
-        tools=tools_from_wire(obj.get("tools")),
+        tools=fields.tools(),
         max_tokens=max_tokens,
-        temperature=number(obj, "temperature", ""),
-        top_p=number(obj, "top_p", ""),
-        seed=integer(obj, "seed", ""),
-        stop=stop_words(obj, "stop", ""),
+        temperature=fields.number("temperature"),
+        top_p=fields.number("top_p"),
+        seed=fields.integer("seed"),
+        stop=fields.stop("stop"),
         json_schema=json_schema,
         json_mode=json_mode,
         assistant_prefix=prefix,
-        priority=integer(obj, "priority", ""),
-        options={key: value for key, value in obj.items() if key not in _READ_FIELDS},
+        priority=fields.integer("priority"),
+        options=fields.others(_READ_FIELDS),
+    )
+    include_usage = fields.nested("stream_options").boolean(
+        "include_usage", default=False
     )
     return ParsedChat(
         request=request,
-        stream=boolean(obj, "stream", "", default=False),
-        include_usage=boolean(
-            stream_options, "include_usage", "stream_options", default=False
-        ),
+        stream=fields.boolean("stream", default=False),
+        include_usage=include_usage,
     )
 
 
-def _message_from_wire(raw: Any, where: str) -> ChatMessage:
-    obj = as_object(raw, where)
-    if obj.get("role") == "developer":  # OpenAI's newer name for the system role
-        obj = {**obj, "role": "system"}
-    kind = role(obj, where)
+def _message_from_wire(fields: Fields) -> ChatMessage:
+    if fields.get("role") == "developer":  # OpenAI's newer name for the system role
+        fields = Fields({**fields.value, "role": "system"}, fields.where)
+    role = fields.role()
     call_id = name = None
-    if kind == "tool":
-        call_id = string(obj, "tool_call_id", where, default="") or None
-        name = string(obj, "name", where, default="") or None
+    if role == "tool":
+        call_id = fields.string("tool_call_id", default="") or None
+        name = fields.string("name", default="") or None
     return ChatMessage(
-        role=kind,
-        content=text_content(obj.get("content"), path(where, "content")),
-        tool_calls=tool_calls_from_wire(
-            obj.get("tool_calls"), path(where, "tool_calls")
-        ),
+        role=role,
+        content=fields.text("content"),
+        tool_calls=fields.tool_calls("tool_calls"),
         tool_call_id=call_id,
         name=name,
     )
 
 
-def _response_format(raw: Any) -> tuple[dict[str, Any] | None, bool]:
+def _response_format(fields: Fields) -> tuple[dict[str, Any] | None, bool]:
     """Return the JSON schema asked for and whether any JSON object is asked for."""
-    obj = as_object(raw or {"type": "text"}, "response_format")
-    kind = string(obj, "type", "response_format")
+    kind = fields.string("type", default="text")
     if kind == "json_schema":
-        spec = as_object(obj.get("json_schema"), "response_format.json_schema")
-        return as_object(
-            spec.get("schema"), "response_format.json_schema.schema"
-        ), False
+        spec = fields.nested("json_schema", required=True)
+        return spec.nested("schema", required=True).value, False
     if kind not in {"text", "json_object"}:
         raise InvalidRequestError(
-            "response_format.type", "must be text, json_object or json_schema"
+            fields.name("type"), "must be text, json_object or json_schema"
         )
     return None, kind == "json_object"
 

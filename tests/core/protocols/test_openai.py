@@ -158,6 +158,7 @@ ASSISTANT_CALL = {
         (_body(tools=[{"type": "retrieval"}]), "tools[0].type"),
         (_body(tools=[{"type": "function", "function": {}}]), "tools[0].function.name"),
         (_body(max_tokens=0), "max_tokens"),
+        (_body(max_tokens=9, max_completion_tokens=0), "max_completion_tokens"),
         (_body(max_completion_tokens="many"), "max_completion_tokens"),
         (_body(temperature="warm"), "temperature"),
         (_body(seed=1.5), "seed"),

@@ -301,11 +301,12 @@ def parse_chat(body: Any) -> ParsedChat:
     messages, prefix = split_prefix([_message_from_wire(m) for m in raw_messages])
     if fields.integer("n") not in {None, 1}:
         raise InvalidRequestError("n", "only one choice is supported")
-    max_tokens = fields.integer("max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = fields.integer("max_tokens")
+    # The newer name wins over the older one.
+    newer = fields.get("max_completion_tokens") is not None
+    limit = "max_completion_tokens" if newer else "max_tokens"
+    max_tokens = fields.integer(limit)
     if max_tokens is not None and max_tokens < 1:
-        raise InvalidRequestError("max_tokens", "must be at least 1")
+        raise InvalidRequestError(limit, "must be at least 1")
     json_schema, json_mode = _response_format(fields.nested("response_format"))
     request = ChatRequest(
         model=fields.string("model"),

@@ -9,8 +9,24 @@ from __future__ import annotations
 from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 import pytest
+from pytest_homeassistant_custom_component.syrupy import HomeAssistantSnapshotExtension
+from syrupy.assertion import SnapshotAssertion
 
 import custom_components.llm_lanes  # noqa: F401
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep syrupy's snapshots in ``tests/snapshots/`` (not ``__snapshots__`` beside each module)."""
+    config.option.snapshot_dirname = "snapshots"
+
+
+@pytest.fixture
+def snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    """Serialize Home Assistant objects as core's tests do (registry ids and timestamps left out).
+
+    The test package ships this fixture too, but syrupy's own plugin, loaded after it, wins.
+    """
+    return snapshot.use_extension(HomeAssistantSnapshotExtension)
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +48,8 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
 
 # --- LLM Lanes entries against the simulated server ----------------------------------------------
 
-from collections.abc import AsyncIterator  # noqa: E402
+from collections.abc import AsyncIterator, Generator  # noqa: E402
+from unittest.mock import PropertyMock, patch  # noqa: E402
 
 from homeassistant.const import CONF_URL  # noqa: E402
 from pytest_homeassistant_custom_component.common import MockConfigEntry  # noqa: E402
@@ -48,6 +65,8 @@ from custom_components.llm_lanes.const import (  # noqa: E402
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer  # noqa: E402
 
 SIM_MODEL = SimConfig().model
+ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
+"""The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
 
 
 @pytest.fixture
@@ -70,6 +89,7 @@ def mock_config_entry(sim: SimulatedServer, sim_config: SimConfig) -> MockConfig
     """Build an LLM Lanes entry for the simulated server, with one agent and one AI Task entity."""
     return MockConfigEntry(
         domain=DOMAIN,
+        entry_id=ENTRY_ID,
         title="llama.cpp (sim)",
         data={
             CONF_URL: sim.url,
@@ -105,3 +125,14 @@ async def init_integration(
     assert await ha_core.config_entries.async_setup(mock_config_entry.entry_id)
     await ha_core.async_block_till_done()
     return mock_config_entry
+
+
+@pytest.fixture
+def entity_registry_enabled_by_default() -> Generator[None]:
+    """Create every entity enabled, including those disabled by default (as HA core's tests do)."""
+    with patch(
+        "homeassistant.helpers.entity.Entity.entity_registry_enabled_default",
+        new_callable=PropertyMock,
+        return_value=True,
+    ):
+        yield

@@ -7,9 +7,17 @@ import json
 from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.components.diagnostics import (
+    get_diagnostics_for_config_entry,
+)
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
+from syrupy.assertion import SnapshotAssertion
+from syrupy.matchers import path_type
 
 from custom_components.llm_lanes.const import CONF_PROMPT, DOMAIN
 from custom_components.llm_lanes.diagnostics import async_get_config_entry_diagnostics
+
+from .test_activity_helpers import entity_id_for
 
 
 async def test_diagnostics_redact_secrets_and_prompts(
@@ -53,3 +61,37 @@ async def test_diagnostics_redact_secrets_and_prompts(
     lanes = diagnostics["scheduler"]["lanes"]
     assert lanes["automation"]["finished_total"] == 1
     assert diagnostics["scheduler"]["settings"]["policy"] == "lanes"
+
+
+async def test_diagnostics_snapshot(
+    hass: HomeAssistant,
+    hass_client: ClientSessionGenerator,
+    init_integration: MockConfigEntry,
+    snapshot: SnapshotAssertion,
+) -> None:
+    """What the download holds for an idle server with one job waiting (jobs are paused).
+
+    The server's URL and unique id (its port), the job's id and the snapshot's clock change every
+    run: they are checked by type only.
+    """
+    await hass.services.async_call(
+        "switch",
+        "turn_on",
+        {"entity_id": entity_id_for(hass, init_integration, "switch", "jobs_paused")},
+        blocking=True,
+    )
+    await hass.services.async_call(
+        DOMAIN,
+        "summarize",
+        {"name": "digest", "text": "The door opened twice."},
+        blocking=True,
+        return_response=True,
+    )
+    diagnostics = await get_diagnostics_for_config_entry(
+        hass, hass_client, init_integration
+    )
+    assert diagnostics == snapshot(
+        matcher=path_type(
+            {r".*\.(url|unique_id|id)": (str,), r".*\.taken_at": (float,)}, regex=True
+        )
+    )

@@ -12,6 +12,8 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
     async_mock_service,
 )
+from syrupy.assertion import SnapshotAssertion
+from syrupy.matchers import path_type
 
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
@@ -408,3 +410,35 @@ async def test_cancel_and_stop_before_the_first_step(
     assert stopped.status is JobStatus.QUEUED
     assert stopped.interrupted
     assert scheduler.calls == []
+
+
+async def test_stored_document_and_event_layout(
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    hass_storage: dict[str, Any],
+    snapshot: SnapshotAssertion,
+) -> None:
+    """The Store document (key, versions, jobs, ledger, pause) and the event keep their layout.
+
+    A job that ran, and one that waits because jobs are paused. The clock is frozen; the jobs'
+    random ids, and the token counts (the engine's estimate), are checked by type only.
+    """
+    freezer.move_to(local_time(30, 2))
+    events = async_capture_events(hass, EVENT_SUMMARY_READY)
+    manager = await start_manager(hass, scheduler)
+    await manager.async_submit(spec("ran", persistent_notification=True))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    manager.set_paused(True)
+    await manager.async_submit(spec("waits", max_output_tokens=64))
+    await manager.async_stop()
+    by_type = path_type(
+        {
+            r"(.*\.)?(job_)?id": (str,),
+            r".*prompt_tokens(_estimate)?|.*\.tokens": (int,),
+        },
+        regex=True,
+    )
+    assert hass_storage[storage_key(ENTRY_ID)] == snapshot(matcher=by_type)
+    [event] = events
+    assert event.data == snapshot(matcher=by_type)

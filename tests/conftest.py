@@ -51,6 +51,7 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
 from collections.abc import AsyncIterator, Generator  # noqa: E402
 from unittest.mock import PropertyMock, patch  # noqa: E402
 
+from homeassistant.config_entries import ConfigEntryState  # noqa: E402
 from homeassistant.const import CONF_URL  # noqa: E402
 from pytest_homeassistant_custom_component.common import MockConfigEntry  # noqa: E402
 
@@ -119,12 +120,18 @@ def mock_config_entry(sim: SimulatedServer, sim_config: SimConfig) -> MockConfig
 @pytest.fixture
 async def init_integration(
     ha_core: HomeAssistant, mock_config_entry: MockConfigEntry
-) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
+) -> AsyncIterator[MockConfigEntry]:
+    """Set up the simulated server's entry; unload it after the test, before the server stops.
+
+    A stream still open then (a nightly job that started because the test ran inside the run
+    window) would otherwise hold the simulated server's shutdown until the stream times out.
+    """
     mock_config_entry.add_to_hass(ha_core)
     assert await ha_core.config_entries.async_setup(mock_config_entry.entry_id)
     await ha_core.async_block_till_done()
-    return mock_config_entry
+    yield mock_config_entry
+    if mock_config_entry.state is ConfigEntryState.LOADED:
+        assert await ha_core.config_entries.async_unload(mock_config_entry.entry_id)
 
 
 @pytest.fixture

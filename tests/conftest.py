@@ -1,18 +1,36 @@
-"""Shared fixtures.
+"""Shared fixtures: Home Assistant, a simulated LLM server and an LLM Lanes entry for it.
 
 Home Assistant's test harness puts its own test config folder (with an empty ``custom_components``)
-first on ``sys.path``; importing our package here, at import time, makes sure ours is the one found.
+first on ``sys.path``; importing from our package here, at import time, makes sure ours is the one
+found.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Generator
+from unittest.mock import PropertyMock, patch
+
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.syrupy import HomeAssistantSnapshotExtension
 from syrupy.assertion import SnapshotAssertion
 
-import custom_components.llm_lanes  # noqa: F401
+from custom_components.llm_lanes.const import (
+    CONF_KIND,
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    DOMAIN,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+
+ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
+"""The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,6 +58,17 @@ def auto_enable_custom_integrations(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
+def entity_registry_enabled_by_default() -> Generator[None]:
+    """Create every entity enabled, including those disabled by default (as HA core's tests do)."""
+    with patch(
+        "homeassistant.helpers.entity.Entity.entity_registry_enabled_default",
+        new_callable=PropertyMock,
+        return_value=True,
+    ):
+        yield
+
+
+@pytest.fixture
 async def ha_core(hass: HomeAssistant) -> HomeAssistant:
     """Home Assistant with its core integration set up (conversation needs exposed entities)."""
     assert await async_setup_component(hass, "homeassistant", {})
@@ -47,27 +76,6 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
 
 
 # --- LLM Lanes entries against the simulated server ----------------------------------------------
-
-from collections.abc import AsyncIterator, Generator  # noqa: E402
-from unittest.mock import PropertyMock, patch  # noqa: E402
-
-from homeassistant.config_entries import ConfigEntryState  # noqa: E402
-from homeassistant.const import CONF_URL  # noqa: E402
-from pytest_homeassistant_custom_component.common import MockConfigEntry  # noqa: E402
-
-from custom_components.llm_lanes.const import (  # noqa: E402
-    CONF_KIND,
-    CONF_LLM_HASS_API,
-    CONF_MODEL,
-    DOMAIN,
-    SUBENTRY_AI_TASK,
-    SUBENTRY_CONVERSATION,
-)
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer  # noqa: E402
-
-SIM_MODEL = SimConfig().model
-ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
-"""The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
 
 
 @pytest.fixture
@@ -132,14 +140,3 @@ async def init_integration(
     yield mock_config_entry
     if mock_config_entry.state is ConfigEntryState.LOADED:
         assert await ha_core.config_entries.async_unload(mock_config_entry.entry_id)
-
-
-@pytest.fixture
-def entity_registry_enabled_by_default() -> Generator[None]:
-    """Create every entity enabled, including those disabled by default (as HA core's tests do)."""
-    with patch(
-        "homeassistant.helpers.entity.Entity.entity_registry_enabled_default",
-        new_callable=PropertyMock,
-        return_value=True,
-    ):
-        yield

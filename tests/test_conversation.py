@@ -13,22 +13,17 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.core.snapshot import FinishedRequest
+
+from .support.requests import finished_requests
 
 AGENT = "conversation.sim_agent"
-
-
-def _collect(entry: MockConfigEntry) -> list[FinishedRequest]:
-    finished: list[FinishedRequest] = []
-    entry.async_on_unload(entry.runtime_data.scheduler.add_listener(finished.append))
-    return finished
 
 
 async def test_typed_chat_is_interactive(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A typed chat answers through the interactive lane, charged to the user; turns continue."""
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
     context = Context(user_id="user123")
     result = await conversation.async_converse(
         hass, "What time is it?", None, context, agent_id=AGENT
@@ -56,7 +51,7 @@ async def test_satellite_is_voice_and_turns_on_a_light(
     hass.states.async_set("light.kitchen", "off", {"friendly_name": "Kitchen light"})
     async_expose_entity(hass, conversation.DOMAIN, "light.kitchen", True)
     calls = async_mock_service(hass, "light", "turn_on")
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
 
     result = await conversation.async_converse(
         hass,

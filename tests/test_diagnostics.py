@@ -17,7 +17,7 @@ from syrupy.matchers import path_type
 from custom_components.llm_lanes.const import CONF_PROMPT, DOMAIN
 from custom_components.llm_lanes.diagnostics import async_get_config_entry_diagnostics
 
-from .test_activity_helpers import entity_id_for
+from .support.entities import entity_id_for
 
 
 async def test_diagnostics_redact_secrets_and_prompts(

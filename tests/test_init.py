@@ -23,7 +23,7 @@ from custom_components.llm_lanes.core.bench.simulator import SimConfig, Simulate
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import Policy
-from custom_components.llm_lanes.job_store import storage_key
+from custom_components.llm_lanes.jobs.store import storage_key
 
 
 def _request(model: str) -> ChatRequest:

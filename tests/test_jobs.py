@@ -15,18 +15,16 @@ from pytest_homeassistant_custom_component.common import (
 from syrupy.assertion import SnapshotAssertion
 from syrupy.matchers import path_type
 
+from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.job_history import text_prompt
-from custom_components.llm_lanes.job_store import JobStatus, WaitReason, storage_key
-from custom_components.llm_lanes.jobs import (
-    EVENT_SUMMARY_READY,
-    JobManager,
-    JobSettings,
-    JobSpec,
-)
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.model import JobSpec, JobStatus, WaitReason
+from custom_components.llm_lanes.jobs.prompts import text_prompt
+from custom_components.llm_lanes.jobs.store import storage_key
+from custom_components.llm_lanes.jobs.throttles import JobSettings
 
-from .test_jobs_helpers import (
+from .support.jobs import (
     ANSWER,
     ENTRY_ID,
     MODEL,

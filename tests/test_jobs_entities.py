@@ -14,18 +14,19 @@ import homeassistant.util.dt as dt_util
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.const import DOMAIN, OPT_NIGHTLY_END, OPT_NIGHTLY_START
-from custom_components.llm_lanes.jobs import (
+from custom_components.llm_lanes.const import (
+    DOMAIN,
     OPT_JOBS_MAX_IN_FLIGHT,
     OPT_JOBS_NIGHTLY_BUDGET,
     OPT_JOBS_RETENTION_DAYS,
     OPT_JOBS_TOKENS_PER_MINUTE,
-    JobManager,
-    JobStatus,
-    WaitReason,
+    OPT_NIGHTLY_END,
+    OPT_NIGHTLY_START,
 )
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.model import JobStatus, WaitReason
 
-from .test_jobs_services import summarize
+from .support.requests import async_summarize
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ async def test_sensors_follow_the_jobs(
     assert state(hass, entry_id, "switch", "jobs_paused") == STATE_ON
     assert manager.paused
 
-    await summarize(hass, text="The heating ran all afternoon.", name="heating")
+    await async_summarize(hass, text="The heating ran all afternoon.", name="heating")
     assert state(hass, entry_id, "sensor", "jobs_waiting") == "1"
     [job] = manager.jobs()
     assert job.wait_reason is WaitReason.PAUSED
@@ -151,7 +152,9 @@ async def test_job_options_apply_live(
     assert tokens_state is not None
     assert tokens_state.attributes["budget"] == 5000
 
-    queued = await summarize(hass, text="The porch light stayed on.", name="porch")
+    queued = await async_summarize(
+        hass, text="The porch light stayed on.", name="porch"
+    )
     assert queued["status"] == "queued"
     assert queued["wait_reason"] == WaitReason.OUTSIDE_WINDOW.value
 

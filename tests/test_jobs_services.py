@@ -13,14 +13,16 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
 )
 
-from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.const import DOMAIN, EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
-from custom_components.llm_lanes.job_store import JobStatus
-from custom_components.llm_lanes.jobs import EVENT_SUMMARY_READY, JobManager
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.model import JobStatus
+
+from .support.requests import async_summarize
 
 CONTEXT_LIMIT = 300
 
@@ -47,15 +49,6 @@ def manager(entry: MockConfigEntry) -> JobManager:
     return entry.runtime_data.jobs
 
 
-async def summarize(hass: HomeAssistant, **data: Any) -> dict[str, Any]:
-    """Call ``llm_lanes.summarize`` and return its response."""
-    response = await hass.services.async_call(
-        DOMAIN, "summarize", data, blocking=True, return_response=True
-    )
-    assert response is not None
-    return dict(response)
-
-
 async def test_summarize_now_and_wait(
     hass: HomeAssistant, manager: JobManager, scheduler: Scheduler
 ) -> None:
@@ -64,7 +57,7 @@ async def test_summarize_now_and_wait(
     finished: list[FinishedRequest] = []
     scheduler.add_listener(finished.append)
 
-    response = await summarize(
+    response = await async_summarize(
         hass,
         text="The boiler ran for three hours.",
         name="boiler",
@@ -96,7 +89,7 @@ async def test_text_over_the_context_limit_is_trimmed_with_a_note(
     scheduler.add_listener(finished.append)
     long_text = "The garage door opened and closed again. " * 400
 
-    response = await summarize(hass, text=long_text, run_now=True, wait=True)
+    response = await async_summarize(hass, text=long_text, run_now=True, wait=True)
     assert response["status"] == "done"
     note = response["prompt_note"]
     assert note is not None and f"context limit of {CONTEXT_LIMIT} tokens" in note
@@ -115,7 +108,7 @@ async def test_queued_outside_the_window_then_listed_and_cancelled(
     """A job outside the window waits (and says why); list and cancel it; a second cancel fails."""
     freezer.move_to("2026-11-29 22:00:00+00:00")
     await hass.config.async_set_time_zone("UTC")
-    response = await summarize(hass, text="Lights were left on.", name="lights")
+    response = await async_summarize(hass, text="Lights were left on.", name="lights")
     assert response["status"] == "queued"
     assert response["wait_reason"] == "outside_window"
 
@@ -189,7 +182,7 @@ async def test_job_backs_off_while_a_real_voice_stream_is_open(
     assert first.text
     assert scheduler.snapshot().lanes[Lane.VOICE].in_flight == 1
 
-    response = await summarize(hass, text="The oven is on.", run_now=True)
+    response = await async_summarize(hass, text="The oven is on.", run_now=True)
     assert response["status"] == "queued"
     assert response["wait_reason"] == "house_busy"
 

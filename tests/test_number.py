@@ -15,19 +15,13 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.llm_lanes.const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
 from custom_components.llm_lanes.core.bench.simulator import SimConfig
 
-from .test_activity_helpers import entity_id_for, state_of
+from .support.entities import entity_id_for, state_of
 
 
 @pytest.fixture
 def sim_config() -> SimConfig:
     """Run a simulated server with three slots."""
     return SimConfig(slots=3, speed=50)
-
-
-@pytest.fixture
-async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
-    return init_integration
 
 
 async def _set(hass: HomeAssistant, entity_id: str, value: float) -> None:
@@ -40,8 +34,11 @@ async def _set(hass: HomeAssistant, entity_id: str, value: float) -> None:
     await hass.async_block_till_done()
 
 
-async def test_max_sequences(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_max_sequences(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
     """Defaults to the server's slots; a new value reaches the options and the scheduler."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
     assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "3"
 
@@ -52,8 +49,11 @@ async def test_max_sequences(hass: HomeAssistant, entry: MockConfigEntry) -> Non
     assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "2"
 
 
-async def test_background_share(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_background_share(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
     """Shown in percent, stored as a fraction."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
     default = scheduler.settings.background_share
     assert float(
@@ -68,9 +68,10 @@ async def test_background_share(hass: HomeAssistant, entry: MockConfigEntry) -> 
 
 
 async def test_follows_options_changed_elsewhere(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A change made in the options flow shows at once."""
+    entry = init_integration
     hass.config_entries.async_update_entry(
         entry,
         options={**entry.options, OPT_MAX_SEQUENCES: 1, OPT_BACKGROUND_SHARE: 0.5},
@@ -82,9 +83,10 @@ async def test_follows_options_changed_elsewhere(
 
 
 async def test_out_of_range_is_refused(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Zero sequences is outside the range: refused, options unchanged."""
+    entry = init_integration
     with pytest.raises(Exception):  # noqa: B017, PT011 - HA's ServiceValidationError
         await _set(hass, entity_id_for(hass, entry, "number", OPT_MAX_SEQUENCES), 0)
     assert OPT_MAX_SEQUENCES not in entry.options

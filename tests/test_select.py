@@ -17,7 +17,8 @@ from custom_components.llm_lanes.const import OPT_POLICY
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import Policy
 
-from .test_activity_helpers import async_generate, entity_id_for, state_of
+from .support.entities import entity_id_for, state_of
+from .support.requests import async_generate
 
 
 async def test_policy(hass: HomeAssistant, init_integration: MockConfigEntry) -> None:

@@ -39,16 +39,8 @@ from custom_components.llm_lanes.core.bench.simulator import SimConfig, Simulate
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.sensor import ACTIVITY_SENSORS
 
-from .test_activity_helpers import (  # noqa: F401 - the fixture is used by name
-    MODEL,
-    async_flush_snapshots,
-    async_generate,
-    async_wait_for,
-    chat,
-    entity_id_for,
-    entity_registry_enabled_by_default,
-    state_of,
-)
+from .support.entities import async_flush_snapshots, entity_id_for, state_of
+from .support.requests import MODEL, async_generate, async_wait_for, chat
 
 
 def _value(hass: HomeAssistant, entry: MockConfigEntry, key: str) -> float:

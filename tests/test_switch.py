@@ -20,26 +20,14 @@ from custom_components.llm_lanes.const import OPT_BACKGROUND_PAUSED
 from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 
-from .test_activity_helpers import (  # noqa: F401 - the fixture is used by name
-    async_flush_snapshots,
-    async_generate,
-    async_wait_for,
-    entity_id_for,
-    entity_registry_enabled_by_default,
-    state_of,
-)
+from .support.entities import async_flush_snapshots, entity_id_for, state_of
+from .support.requests import async_generate, async_wait_for
 
 
 @pytest.fixture
 def sim_config() -> SimConfig:
     """Run a fast simulated server with four slots."""
     return SimConfig(slots=4, speed=50)
-
-
-@pytest.fixture
-async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
-    return init_integration
 
 
 async def _switch(hass: HomeAssistant, entity_id: str, service: str) -> None:
@@ -50,8 +38,11 @@ async def _switch(hass: HomeAssistant, entity_id: str, service: str) -> None:
 
 
 @pytest.mark.usefixtures("entity_registry_enabled_by_default")
-async def test_background_paused(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_background_paused(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
     """Paused: a background request waits (its lane's queue shows it); resumed: it runs."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
     switch = entity_id_for(hass, entry, "switch", OPT_BACKGROUND_PAUSED)
     assert state_of(hass, entry, "switch", OPT_BACKGROUND_PAUSED) == STATE_OFF

@@ -13,9 +13,9 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 import probatio
 
 from .const import DOMAIN, SUBENTRY_AI_TASK
+from .coordinator import LLMLanesConfigEntry
 from .core.lanes import Lane
-from .llm_entity import LLMLanesSubentryEntity
-from .models import LLMLanesConfigEntry
+from .entity import LLMLanesSubentryEntity, async_add_subentry_entities
 from .requesters import AI_TASK_REQUESTER, requester_for_context
 
 PARALLEL_UPDATES = 0
@@ -27,12 +27,9 @@ async def async_setup_entry(
     async_add_entities: AddConfigEntryEntitiesCallback,
 ) -> None:
     """Add one AI Task entity per AI Task subentry."""
-    for subentry in entry.subentries.values():
-        if subentry.subentry_type == SUBENTRY_AI_TASK:
-            async_add_entities(
-                [LLMLanesTaskEntity(entry, subentry)],
-                config_subentry_id=subentry.subentry_id,
-            )
+    async_add_subentry_entities(
+        entry, async_add_entities, SUBENTRY_AI_TASK, LLMLanesTaskEntity
+    )
 
 
 class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):

@@ -13,7 +13,7 @@ from homeassistant.helpers.event import async_call_later
 import probatio
 
 from .const import CONF_MODEL, DOMAIN, UNREACHABLE_REPAIR_AFTER
-from .models import LLMLanesConfigEntry
+from .coordinator import LLMLanesConfigEntry
 
 
 def unreachable_issue_id(entry_id: str) -> str:

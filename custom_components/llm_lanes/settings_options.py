@@ -1,9 +1,10 @@
-"""The one place where a config entry's options become scheduler settings."""
+"""The one place where a config entry's options become settings: the scheduler's and the jobs'."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import time
 from typing import Any
 
 from .const import (
@@ -13,7 +14,13 @@ from .const import (
     OPT_BACKGROUND_SHARE,
     OPT_BACKGROUND_WITH_VOICE,
     OPT_HEADROOM,
+    OPT_JOBS_MAX_IN_FLIGHT,
+    OPT_JOBS_NIGHTLY_BUDGET,
+    OPT_JOBS_RETENTION_DAYS,
+    OPT_JOBS_TOKENS_PER_MINUTE,
     OPT_MAX_SEQUENCES,
+    OPT_NIGHTLY_END,
+    OPT_NIGHTLY_START,
     OPT_POLICY,
     OPT_PREEMPTION,
     OPT_PREFILL_BUDGET,
@@ -24,6 +31,7 @@ from .const import (
 )
 from .core.lanes import Lane
 from .core.settings import Policy, QuotaAction, SchedulerSettings
+from .jobs.throttles import JobSettings
 
 DEFAULT_SLOTS = 4
 """Max sequences when neither the options nor the server say (Ollama's default parallelism)."""
@@ -101,3 +109,34 @@ def settings_from_options(
                 lane, default_output_tokens=limits.max_output_tokens
             )
     return settings
+
+
+def job_settings_from_options(
+    options: Mapping[str, Any], current: JobSettings | None = None
+) -> JobSettings:
+    """Build the job throttles from an entry's options (defaults where unset).
+
+    What no option sets (attempts, back-off, the goodput objective) is kept from ``current``.
+    """
+    defaults = JobSettings()
+    return replace(
+        current or defaults,
+        window_start=_parse_time(options.get(OPT_NIGHTLY_START, defaults.window_start)),
+        window_end=_parse_time(options.get(OPT_NIGHTLY_END, defaults.window_end)),
+        max_in_flight=max(
+            1, int(options.get(OPT_JOBS_MAX_IN_FLIGHT, defaults.max_in_flight))
+        ),
+        tokens_per_minute=max(
+            0, int(options.get(OPT_JOBS_TOKENS_PER_MINUTE, defaults.tokens_per_minute))
+        ),
+        nightly_token_budget=max(
+            0, int(options.get(OPT_JOBS_NIGHTLY_BUDGET, defaults.nightly_token_budget))
+        ),
+        retention_days=max(
+            1, int(options.get(OPT_JOBS_RETENTION_DAYS, defaults.retention_days))
+        ),
+    )
+
+
+def _parse_time(value: str | time) -> time:
+    return value if isinstance(value, time) else time.fromisoformat(value)

@@ -1,16 +1,17 @@
-"""Helpers for the job tests: a scheduler whose load and streams the test controls, clock moves.
+"""For the job tests: a scheduler whose load and streams the test scripts, and clock moves.
 
-Not a test module itself. ``LoadedScheduler`` implements the ``JobScheduler`` protocol the job
-manager depends on; it lets a test say "a voice request is streaming now" or "hold this job's
-stream half-way" without timing. Its snapshots are the engine's real snapshot types.
+``LoadedScheduler`` implements the ``JobScheduler`` protocol the job manager depends on; it lets a
+test say "a voice request is streaming now" or "hold this job's stream half-way" without timing.
+Its snapshots are the engine's real snapshot types.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+import re
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
@@ -32,7 +33,7 @@ from custom_components.llm_lanes.core.snapshot import (
     SchedulerSnapshot,
 )
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
-from custom_components.llm_lanes.jobs import JobSettings
+from custom_components.llm_lanes.jobs.throttles import JobSettings
 
 ENTRY_ID = "01JOBSTESTENTRY00000000000"
 MODEL = "sim-llama-8b"
@@ -170,6 +171,7 @@ class LoadedScheduler:
 def _lane_snapshot(
     lane: Lane, *, queue_depth: int, in_flight: int, goodput: float | None
 ) -> LaneSnapshot:
+    """Describe a lane with the given load and no latency sample in the window."""
     return LaneSnapshot(
         lane=lane,
         queue_depth=queue_depth,
@@ -178,22 +180,18 @@ def _lane_snapshot(
         finished_total=0,
         rejected_total=0,
         preemptions_total=0,
-        ttft_p50_s=None,
-        ttft_p90_s=None,
-        ttft_p95_s=None,
-        ttft_p99_s=None,
-        itl_p50_s=None,
-        itl_p95_s=None,
-        itl_p99_s=None,
-        e2e_p50_s=None,
-        e2e_p95_s=None,
-        queue_wait_p50_s=None,
-        queue_wait_p95_s=None,
         goodput=goodput,
         good_per_s=0.0,
         prompt_tokens_total=0,
         output_tokens_total=0,
+        **dict.fromkeys(PERCENTILES),
     )
+
+
+PERCENTILES = tuple(
+    field.name for field in fields(LaneSnapshot) if re.search(r"_p\d\d_s$", field.name)
+)
+"""The latency percentiles of a lane (all None: the window holds no sample)."""
 
 
 def local_time(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
@@ -215,6 +213,3 @@ async def move_to(
 def settings(**changes: Any) -> JobSettings:
     """Job settings for tests: the default window (01:00-06:00) unless changed."""
     return replace(JobSettings(), **changes)
-
-
-ONE_MINUTE = timedelta(minutes=1)

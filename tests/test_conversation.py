@@ -14,6 +14,7 @@ from pytest_homeassistant_custom_component.common import (
 
 from custom_components.llm_lanes.core.lanes import Lane
 
+from .support.entities import async_set_options
 from .support.requests import finished_requests
 
 AGENT = "conversation.sim_agent"
@@ -74,18 +75,16 @@ async def test_server_error_becomes_conversation_error(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A request the lane refuses comes back as a clear error, not an exception."""
-    hass.config_entries.async_update_entry(
+    await async_set_options(
+        hass,
         init_integration,
-        options={
-            "interactive": {
-                "max_queued": 1,
-                "max_output_tokens": 1,
-                "ttft_slo_s": 1.0,
-                "itl_slo_s": 0.1,
-            }
+        interactive={
+            "max_queued": 1,
+            "max_output_tokens": 1,
+            "ttft_slo_s": 1.0,
+            "itl_slo_s": 0.1,
         },
     )
-    await hass.async_block_till_done()
     settings = init_integration.runtime_data.scheduler.settings
     init_integration.runtime_data.scheduler.update_settings(
         settings.with_lane(Lane.INTERACTIVE, max_prompt_tokens=1)

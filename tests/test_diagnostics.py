@@ -14,10 +14,11 @@ from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 from syrupy.assertion import SnapshotAssertion
 from syrupy.matchers import path_type
 
-from custom_components.llm_lanes.const import CONF_PROMPT, DOMAIN
+from custom_components.llm_lanes.const import CONF_PROMPT
 from custom_components.llm_lanes.diagnostics import async_get_config_entry_diagnostics
 
-from .support.entities import entity_id_for
+from .support.entities import async_call_entity_action
+from .support.requests import async_call_action
 
 
 async def test_diagnostics_redact_secrets_and_prompts(
@@ -33,20 +34,11 @@ async def test_diagnostics_redact_secrets_and_prompts(
         entry, subentry, data={**subentry.data, CONF_PROMPT: "You are a secret butler"}
     )
     await hass.async_block_till_done()
-    await hass.services.async_call(
-        DOMAIN,
-        "generate",
-        {"config_entry_id": entry.entry_id, "prompt": "my private question"},
-        blocking=True,
-        return_response=True,
-    )
-    await hass.services.async_call(
-        DOMAIN,
-        "summarize",
-        {"config_entry_id": entry.entry_id, "text": "my private diary"},
-        blocking=True,
-        return_response=True,
-    )
+    for action, data in (
+        ("generate", {"prompt": "my private question"}),
+        ("summarize", {"text": "my private diary"}),
+    ):
+        await async_call_action(hass, action, config_entry_id=entry.entry_id, **data)
     diagnostics = await async_get_config_entry_diagnostics(hass, entry)
     text = json.dumps(diagnostics)
     assert "sk-secret" not in text
@@ -74,18 +66,11 @@ async def test_diagnostics_snapshot(
     The server's URL and unique id (its port), the job's id and the snapshot's clock change every
     run: they are checked by type only.
     """
-    await hass.services.async_call(
-        "switch",
-        "turn_on",
-        {"entity_id": entity_id_for(hass, init_integration, "switch", "jobs_paused")},
-        blocking=True,
+    await async_call_entity_action(
+        hass, init_integration, "switch", "jobs_paused", "turn_on"
     )
-    await hass.services.async_call(
-        DOMAIN,
-        "summarize",
-        {"name": "digest", "text": "The door opened twice."},
-        blocking=True,
-        return_response=True,
+    await async_call_action(
+        hass, "summarize", name="digest", text="The door opened twice."
     )
     diagnostics = await get_diagnostics_for_config_entry(
         hass, hass_client, init_integration

@@ -25,7 +25,7 @@ from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.jobs.model import JobStatus
 from custom_components.llm_lanes.jobs.store import storage_key
 
-from .support.requests import async_summarize
+from .support.requests import async_call_action
 
 
 @pytest.fixture
@@ -46,8 +46,12 @@ async def test_job_interrupted_by_a_reload_completes_exactly_once(
     first_finished: list[FinishedRequest] = []
     first_scheduler.add_listener(first_finished.append)
 
-    queued = await async_summarize(
-        hass, text="The washing machine ran twice.", run_now=True, max_output_tokens=100
+    queued = await async_call_action(
+        hass,
+        "summarize",
+        text="The washing machine ran twice.",
+        run_now=True,
+        max_output_tokens=100,
     )
     job_id = queued["job_id"]
     async with asyncio.timeout(30):

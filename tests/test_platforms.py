@@ -19,22 +19,12 @@ from pytest_homeassistant_custom_component.common import (
 )
 from syrupy.assertion import SnapshotAssertion
 
+from custom_components.llm_lanes import PLATFORMS
 from custom_components.llm_lanes.const import DOMAIN
 
 
 @pytest.mark.usefixtures("ha_core", "entity_registry_enabled_by_default")
-@pytest.mark.parametrize(
-    "platform",
-    [
-        Platform.AI_TASK,
-        Platform.BINARY_SENSOR,
-        Platform.CONVERSATION,
-        Platform.NUMBER,
-        Platform.SELECT,
-        Platform.SENSOR,
-        Platform.SWITCH,
-    ],
-)
+@pytest.mark.parametrize("platform", PLATFORMS)
 async def test_platform_entities(
     hass: HomeAssistant,
     mock_config_entry: MockConfigEntry,

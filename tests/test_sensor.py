@@ -39,7 +39,12 @@ from custom_components.llm_lanes.core.bench.simulator import SimConfig, Simulate
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.sensor import ACTIVITY_SENSORS
 
-from .support.entities import async_flush_snapshots, entity_id_for, state_of
+from .support.entities import (
+    async_flush_snapshots,
+    async_set_options,
+    entity_id_for,
+    state_of,
+)
 from .support.requests import MODEL, async_generate, async_wait_for, chat
 
 
@@ -196,11 +201,7 @@ async def test_preemptions_sensor(
     """Voice takes the only slot from a background stream: the preemption is counted."""
     entry = init_integration
     scheduler = entry.runtime_data.scheduler
-    hass.config_entries.async_update_entry(
-        entry,
-        options={**entry.options, OPT_MAX_SEQUENCES: 1, OPT_HEADROOM: 0},
-    )
-    await hass.async_block_till_done()
+    await async_set_options(hass, entry, **{OPT_MAX_SEQUENCES: 1, OPT_HEADROOM: 0})
     assert scheduler.settings.max_sequences == 1
 
     background = hass.async_create_task(

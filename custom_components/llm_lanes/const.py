@@ -32,6 +32,23 @@ OPT_QUOTA_TOKENS_PER_DAY: Final = "quota_tokens_per_day"
 OPT_REQUESTER_QUOTAS: Final = "requester_quotas"
 """One ``requester=tokens`` pair per line."""
 OPT_QUOTA_ACTION: Final = "quota_action"
+SETTING_OPTIONS: Final = (
+    OPT_POLICY,
+    OPT_PREFILL_BUDGET,
+    OPT_HEADROOM,
+    OPT_AGING_S,
+    OPT_BACKGROUND_SHARE,
+    OPT_PREEMPTION,
+    OPT_PREFILL_GUARD,
+    OPT_BACKGROUND_PAUSED,
+    OPT_QUOTA_TOKENS_PER_DAY,
+    OPT_QUOTA_ACTION,
+)
+"""Options named after the scheduler setting they hold, stored as a value of that setting's type.
+
+The other scheduler options need more than a conversion: max sequences defaults to the server's
+slots, background-with-voice stores "no cap" as 0, requester quotas are text.
+"""
 OPT_NIGHTLY_START: Final = "nightly_start"
 """Start of the window in which background jobs run (``HH:MM:SS``)."""
 OPT_NIGHTLY_END: Final = "nightly_end"

@@ -2,8 +2,8 @@
 
 Each action names its server by ``config_entry_id`` (optional where the only loaded server will
 do), and every one resolves it the same way (``_loaded_entries``). Engine errors become translated
-Home Assistant errors through ``translated_errors``; the job system's own errors are translated
-where they are raised.
+Home Assistant errors through ``translated_errors``; every other error an action raises is
+translated too (``validation_error``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from homeassistant.core import (
     SupportsResponse,
     callback,
 )
-from homeassistant.exceptions import ServiceValidationError
 from homeassistant.helpers import config_validation as cv
 from homeassistant.util import dt as dt_util
 import probatio
@@ -32,10 +31,10 @@ from .core.backends.base import ChatMessage, ChatRequest
 from .core.bench.calibrate import DEFAULT_SCENARIO, calibrate
 from .core.bench.workload import builtin_scenarios
 from .core.lanes import Lane
-from .errors import translated_errors
-from .jobs.delivery import NotifyTargetNotFoundError, notify_target_exists
+from .errors import translated_errors, validation_error
+from .jobs.delivery import notify_target_exists
 from .jobs.manager import JobManager
-from .jobs.model import JobNotFoundError, JobSpec, JobStatus
+from .jobs.model import JobSpec, JobStatus
 from .jobs.prompts import JobPrompt, async_history_prompt, text_prompt
 from .requesters import requester_for_context
 
@@ -155,11 +154,7 @@ def _loaded_entries(
         or entry.domain != DOMAIN
         or entry.state is not ConfigEntryState.LOADED
     ):
-        raise ServiceValidationError(
-            translation_domain=DOMAIN,
-            translation_key="entry_not_loaded",
-            translation_placeholders={"entry_id": entry_id},
-        )
+        raise validation_error("entry_not_loaded", entry_id=entry_id)
     return [entry]
 
 
@@ -167,13 +162,9 @@ def _entry(call: ServiceCall) -> LLMLanesConfigEntry:
     """Return the server the call names, or the only loaded one."""
     entries = _loaded_entries(call.hass, call.data.get(ATTR_CONFIG_ENTRY_ID))
     if not entries:
-        raise ServiceValidationError(
-            translation_domain=DOMAIN, translation_key="no_server_loaded"
-        )
+        raise validation_error("no_server_loaded")
     if len(entries) > 1:
-        raise ServiceValidationError(
-            translation_domain=DOMAIN, translation_key="several_servers"
-        )
+        raise validation_error("several_servers")
     return entries[0]
 
 
@@ -231,13 +222,10 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
     jobs = runtime.jobs.settings
     # The calibration loads the server for minutes: by default only in the quiet hours.
     if not call.data[ATTR_FORCE] and not jobs.in_window(dt_util.now()):
-        raise ServiceValidationError(
-            translation_domain=DOMAIN,
-            translation_key="outside_quiet_hours",
-            translation_placeholders={
-                "start": jobs.window_start.strftime("%H:%M"),
-                "end": jobs.window_end.strftime("%H:%M"),
-            },
+        raise validation_error(
+            "outside_quiet_hours",
+            start=jobs.window_start.strftime("%H:%M"),
+            end=jobs.window_end.strftime("%H:%M"),
         )
     with translated_errors():
         result = await calibrate(
@@ -273,13 +261,9 @@ async def _async_prompt(
     if ATTR_TEXT in data:
         return text_prompt(data[ATTR_TEXT], instructions, max_prompt_tokens)
     if ATTR_ENTITY_IDS not in data:
-        raise ServiceValidationError(
-            translation_domain=DOMAIN, translation_key="text_or_entities"
-        )
+        raise validation_error("text_or_entities")
     if "recorder" not in hass.config.components:
-        raise ServiceValidationError(
-            translation_domain=DOMAIN, translation_key="recorder_not_loaded"
-        )
+        raise validation_error("recorder_not_loaded")
     return await async_history_prompt(
         hass,
         data[ATTR_ENTITY_IDS],
@@ -297,17 +281,12 @@ async def async_summarize(call: ServiceCall) -> ServiceResponse:
     max_output = data.get(ATTR_MAX_OUTPUT_TOKENS)
     lane_max = manager.max_output_tokens
     if max_output is not None and max_output > lane_max:
-        raise ServiceValidationError(
-            translation_domain=DOMAIN,
-            translation_key="max_output_tokens_too_high",
-            translation_placeholders={
-                "value": str(max_output),
-                "maximum": str(lane_max),
-            },
+        raise validation_error(
+            "max_output_tokens_too_high", value=str(max_output), maximum=str(lane_max)
         )
     target: str | None = data.get(ATTR_NOTIFY_TARGET)
     if target is not None and not notify_target_exists(hass, target):
-        raise NotifyTargetNotFoundError(target)
+        raise validation_error("notify_target_not_found", target=target)
     prompt = await _async_prompt(hass, manager, data)
     job = await manager.async_submit(
         JobSpec(
@@ -345,7 +324,7 @@ async def async_cancel_job(call: ServiceCall) -> ServiceResponse:
         if manager.has_job(job_id):
             job = await manager.async_cancel(job_id)
             return {ATTR_JOB_ID: job.id, ATTR_STATUS: job.status.value}
-    raise JobNotFoundError(job_id)
+    raise validation_error("job_not_found", job_id=job_id)
 
 
 async def async_list_jobs(call: ServiceCall) -> ServiceResponse:

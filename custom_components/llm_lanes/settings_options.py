@@ -9,11 +9,7 @@ from typing import Any
 
 from .const import (
     LANE_OPTION_LIMITS,
-    OPT_AGING_S,
-    OPT_BACKGROUND_PAUSED,
-    OPT_BACKGROUND_SHARE,
     OPT_BACKGROUND_WITH_VOICE,
-    OPT_HEADROOM,
     OPT_JOBS_MAX_IN_FLIGHT,
     OPT_JOBS_NIGHTLY_BUDGET,
     OPT_JOBS_RETENTION_DAYS,
@@ -21,16 +17,11 @@ from .const import (
     OPT_MAX_SEQUENCES,
     OPT_NIGHTLY_END,
     OPT_NIGHTLY_START,
-    OPT_POLICY,
-    OPT_PREEMPTION,
-    OPT_PREFILL_BUDGET,
-    OPT_PREFILL_GUARD,
-    OPT_QUOTA_ACTION,
-    OPT_QUOTA_TOKENS_PER_DAY,
     OPT_REQUESTER_QUOTAS,
+    SETTING_OPTIONS,
 )
 from .core.lanes import Lane
-from .core.settings import Policy, QuotaAction, SchedulerSettings
+from .core.settings import SchedulerSettings
 from .jobs.throttles import JobSettings
 
 DEFAULT_SLOTS = 4
@@ -67,32 +58,22 @@ def settings_from_options(
     the server reports. Headroom is kept below max sequences so automations can always run.
     """
     base = SchedulerSettings()
-    max_sequences = int(options.get(OPT_MAX_SEQUENCES) or server_slots or DEFAULT_SLOTS)
-    headroom = int(options.get(OPT_HEADROOM, base.headroom))
     settings = replace(
         base,
-        policy=Policy(options.get(OPT_POLICY, base.policy)),
+        **{
+            key: type(getattr(base, key))(options[key])
+            for key in SETTING_OPTIONS
+            if key in options
+        },
+    )
+    max_sequences = int(options.get(OPT_MAX_SEQUENCES) or server_slots or DEFAULT_SLOTS)
+    settings = replace(
+        settings,
         max_sequences=max_sequences,
-        prefill_budget=int(options.get(OPT_PREFILL_BUDGET, base.prefill_budget)),
-        headroom=max(0, min(headroom, max_sequences - 1)),
-        aging_s=float(options.get(OPT_AGING_S, base.aging_s)),
-        background_share=float(
-            options.get(OPT_BACKGROUND_SHARE, base.background_share)
-        ),
-        preemption=bool(options.get(OPT_PREEMPTION, base.preemption)),
-        prefill_guard_tokens=int(
-            options.get(OPT_PREFILL_GUARD, base.prefill_guard_tokens)
-        ),
+        headroom=max(0, min(settings.headroom, max_sequences - 1)),
         # 0 in the form means no cap.
         background_with_voice=int(options.get(OPT_BACKGROUND_WITH_VOICE) or 0) or None,
-        background_paused=bool(
-            options.get(OPT_BACKGROUND_PAUSED, base.background_paused)
-        ),
-        quota_tokens_per_day=int(
-            options.get(OPT_QUOTA_TOKENS_PER_DAY, base.quota_tokens_per_day)
-        ),
         requester_quotas=parse_requester_quotas(options.get(OPT_REQUESTER_QUOTAS, "")),
-        quota_action=QuotaAction(options.get(OPT_QUOTA_ACTION, base.quota_action)),
     )
     for lane in Lane:
         lane_options: Mapping[str, Any] = options.get(lane.key) or {}

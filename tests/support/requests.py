@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from homeassistant.core import HomeAssistant
+from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import DOMAIN
@@ -46,12 +46,14 @@ async def async_generate(
     return result
 
 
-async def async_summarize(hass: HomeAssistant, **data: Any) -> dict[str, Any]:
-    """Call ``llm_lanes.summarize`` and return its response."""
+async def async_call_action(
+    hass: HomeAssistant, action: str, context: Context | None = None, **data: Any
+) -> dict[str, Any]:
+    """Call one of the integration's actions (``llm_lanes.<action>``); return its response."""
     response = await hass.services.async_call(
-        DOMAIN, "summarize", data, blocking=True, return_response=True
+        DOMAIN, action, data, blocking=True, return_response=True, context=context
     )
-    assert response is not None
+    assert isinstance(response, dict)
     return dict(response)
 
 

@@ -6,10 +6,11 @@ from typing import Any
 
 from homeassistant.components import persistent_notification
 from homeassistant.core import HomeAssistant
-from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.exceptions import HomeAssistantError
 import probatio
 
 from ..const import DOMAIN, EVENT_SUMMARY_READY, LOGGER  # noqa: TID252
+from ..errors import validation_error  # noqa: TID252
 from .model import Job, iso_or_none
 
 
@@ -77,19 +78,7 @@ async def async_send_notification(
         return
     service = target.removeprefix("notify.")
     if not hass.services.has_service("notify", service):
-        raise NotifyTargetNotFoundError(target)
+        raise validation_error("notify_target_not_found", target=target)
     await hass.services.async_call(
         "notify", service, {"title": title, "message": message}, blocking=True
     )
-
-
-class NotifyTargetNotFoundError(ServiceValidationError):
-    """Neither a notify entity nor a notify action has this name."""
-
-    def __init__(self, target: str) -> None:
-        """Name the missing target."""
-        super().__init__(
-            translation_domain=DOMAIN,
-            translation_key="notify_target_not_found",
-            translation_placeholders={"target": target},
-        )

@@ -29,17 +29,12 @@ import homeassistant.util.dt as dt_util
 from ..const import DOMAIN, LOGGER  # noqa: TID252
 from ..core.errors import LanesError, SchedulerClosedError  # noqa: TID252
 from ..core.lanes import Lane  # noqa: TID252
+from ..core.scheduler import Scheduler  # noqa: TID252
 from ..core.snapshot import FinishedRequest  # noqa: TID252
+from ..errors import validation_error  # noqa: TID252
 from .delivery import async_deliver
-from .model import (
-    Job,
-    JobFinishedError,
-    JobNotFoundError,
-    JobSpec,
-    JobStatus,
-    WaitReason,
-)
-from .run import NON_RETRYABLE_ERRORS, JobScheduler, async_stream_answer
+from .model import Job, JobSpec, JobStatus, WaitReason
+from .run import NON_RETRYABLE_ERRORS, async_stream_answer
 from .store import SAVE_DELAY_S, JobStore, JobStoreData
 from .throttles import QUIET_LANES, JobSettings, NightLedger, TokenBucket, house_busy
 
@@ -61,7 +56,7 @@ class JobManager:
         self,
         hass: HomeAssistant,
         entry_id: str,
-        scheduler: JobScheduler,
+        scheduler: Scheduler,
         *,
         model: str,
         settings: JobSettings | None = None,
@@ -189,11 +184,11 @@ class JobManager:
         return job_id in self._jobs
 
     def get(self, job_id: str) -> Job:
-        """One job by id."""
+        """One job by id (a translated validation error when there is none)."""
         try:
             return self._jobs[job_id]
         except KeyError:
-            raise JobNotFoundError(job_id) from None
+            raise validation_error("job_not_found", job_id=job_id) from None
 
     @property
     def waiting_count(self) -> int:
@@ -263,7 +258,9 @@ class JobManager:
         """Cancel a queued or running job."""
         job = self.get(job_id)
         if job.status.finished:
-            raise JobFinishedError(job)
+            raise validation_error(
+                "job_already_finished", job_id=job_id, status=job.status.value
+            )
         running = self._running.get(job_id)
         if running is not None:
             running.cancelled_by_user = True

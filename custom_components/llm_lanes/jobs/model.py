@@ -12,10 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from homeassistant.exceptions import ServiceValidationError
 import homeassistant.util.dt as dt_util
 
-from ..const import DOMAIN  # noqa: TID252
 from ..requesters import job_requester  # noqa: TID252
 from .prompts import JobPrompt
 
@@ -203,30 +201,6 @@ class Job:
             stored.pop(private)
         stored["job_id"] = stored.pop("id")
         return stored
-
-
-class JobNotFoundError(ServiceValidationError):
-    """No job has this id."""
-
-    def __init__(self, job_id: str) -> None:
-        """Name the job that is not there."""
-        super().__init__(
-            translation_domain=DOMAIN,
-            translation_key="job_not_found",
-            translation_placeholders={"job_id": job_id},
-        )
-
-
-class JobFinishedError(ServiceValidationError):
-    """The job already finished; it cannot be cancelled."""
-
-    def __init__(self, job: Job) -> None:
-        """Say how the job ended."""
-        super().__init__(
-            translation_domain=DOMAIN,
-            translation_key="job_already_finished",
-            translation_placeholders={"job_id": job.id, "status": job.status.value},
-        )
 
 
 def iso_or_none(value: datetime | None) -> str | None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
 import homeassistant.util.dt as dt_util
 
-from ..core.backends.base import ChatMessage, ChatRequest, StreamChunk  # noqa: TID252
+from ..core.backends.base import ChatMessage, ChatRequest  # noqa: TID252
 from ..core.errors import (  # noqa: TID252
     AuthError,
     LanesError,
@@ -19,8 +17,7 @@ from ..core.errors import (  # noqa: TID252
     ToolsUnsupportedError,
 )
 from ..core.lanes import Lane  # noqa: TID252
-from ..core.settings import SchedulerSettings  # noqa: TID252
-from ..core.snapshot import FinishedRequest, SchedulerSnapshot  # noqa: TID252
+from ..core.scheduler import Scheduler  # noqa: TID252
 from .model import Job
 
 NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
@@ -31,33 +28,6 @@ NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
     ToolsUnsupportedError,
 )
 """Errors that another attempt would meet again."""
-
-
-class JobScheduler(Protocol):
-    """What jobs need of the scheduler (``core.scheduler.Scheduler`` provides it)."""
-
-    @property
-    def settings(self) -> SchedulerSettings:
-        """The scheduler's current settings (lane limits)."""
-
-    def snapshot(self) -> SchedulerSnapshot:
-        """Return the scheduler's state now."""
-
-    def stream(
-        self,
-        chat_request: ChatRequest,
-        *,
-        lane: Lane,
-        requester: str,
-        prompt_tokens: int | None = None,
-        deadline_s: float | None = None,
-    ) -> AsyncIterator[StreamChunk]:
-        """Stream an answer through the scheduler."""
-
-    def add_listener(
-        self, callback: Callable[[FinishedRequest], None]
-    ) -> Callable[[], None]:
-        """Be told of every finished request."""
 
 
 @dataclass(slots=True)
@@ -84,9 +54,7 @@ def job_request(job: Job, model: str) -> ChatRequest:
     )
 
 
-async def async_stream_answer(
-    scheduler: JobScheduler, job: Job, model: str
-) -> JobAnswer:
+async def async_stream_answer(scheduler: Scheduler, job: Job, model: str) -> JobAnswer:
     """Stream the job's answer through the background lane; raise what the scheduler raises."""
     parts: list[str] = []
     answer = JobAnswer(

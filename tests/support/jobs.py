@@ -145,15 +145,7 @@ class LoadedScheduler:
             lane=Lane.VOICE,
             requester="satellite.kitchen",
             outcome="ok",
-            ttft_s=0.1,
-            itl_p95_s=0.02,
-            itl_max_s=0.03,
-            e2e_s=0.5,
-            prompt_tokens=50,
-            output_tokens=20,
             token_source="server",
-            met_ttft=True,
-            met_itl=True,
         )
         for listener in list(self.listeners):
             listener(finished)
@@ -173,6 +165,7 @@ def _lane_snapshot(
 
 
 QUIET_VALUES: dict[str, Any] = {
+    "bool": False,
     "int": 0,
     "float": 0.0,
     "float | None": None,

@@ -17,6 +17,7 @@ preempted for voice and resumed). Server errors retry with exponential back-off 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -36,7 +37,14 @@ from .delivery import async_deliver
 from .model import Job, JobSpec, JobStatus, WaitReason
 from .run import NON_RETRYABLE_ERRORS, async_stream_answer
 from .store import SAVE_DELAY_S, JobStore, JobStoreData
-from .throttles import QUIET_LANES, JobSettings, NightLedger, TokenBucket, house_busy
+from .throttles import (
+    QUIET_LANES,
+    JobSettings,
+    NightLedger,
+    TokenBucket,
+    house_busy,
+    own_wait_reason,
+)
 
 TICK_INTERVAL = timedelta(seconds=10)
 """How often waiting jobs are looked at again (window, bucket, back-off, retries, retention)."""
@@ -197,13 +205,13 @@ class JobManager:
 
     def waiting_because(self) -> dict[str, int]:
         """How many unfinished jobs wait for each reason."""
-        reasons: dict[str, int] = {}
-        for job in self._jobs.values():
-            if job.wait_reason is not None and not job.status.finished:
-                reasons[job.wait_reason.value] = (
-                    reasons.get(job.wait_reason.value, 0) + 1
-                )
-        return reasons
+        return dict(
+            Counter(
+                job.wait_reason.value
+                for job in self._jobs.values()
+                if job.wait_reason is not None and not job.status.finished
+            )
+        )
 
     @property
     def running_count(self) -> int:
@@ -304,9 +312,7 @@ class JobManager:
         return dt_util.utcnow().timestamp()
 
     def _roll_night(self) -> None:
-        night = self._settings.night_start(dt_util.now()).isoformat()
-        if self._ledger.night != night:
-            self._ledger = NightLedger(night=night)
+        if self._ledger.roll(self._settings.night_start(dt_util.now()).isoformat()):
             self._save()
 
     @callback
@@ -360,15 +366,12 @@ class JobManager:
         )
         shared = self._shared_wait_reason()
         for job in queued:
-            reason: WaitReason | None
-            if job.not_before is not None and job.not_before > now:
-                reason = WaitReason.RETRY_BACKOFF
-            elif not job.run_now and not window_open:
-                reason = WaitReason.OUTSIDE_WINDOW
-            elif not job.run_now and budget_spent:
-                reason = WaitReason.BUDGET_SPENT
-            else:
-                reason = shared
+            reason = (
+                own_wait_reason(
+                    job, now, window_open=window_open, budget_spent=budget_spent
+                )
+                or shared
+            )
             if reason is None:
                 self._start(job)
                 shared = self._shared_wait_reason()
@@ -383,11 +386,7 @@ class JobManager:
 
     @callback
     def _start(self, job: Job) -> None:
-        job.status = JobStatus.RUNNING
-        job.attempts += 1
-        job.wait_reason = None
-        job.not_before = None
-        job.started_at = dt_util.utcnow()
+        job.start(dt_util.utcnow())
         LOGGER.debug("Job %s starts (attempt %s)", job.id, job.attempts)
         task = self.hass.async_create_background_task(
             self._async_run(job), f"{DOMAIN} job {job.id}", eager_start=False
@@ -421,12 +420,7 @@ class JobManager:
             self._failed_attempt(job, err, retryable=True)
         else:
             self._running.pop(job.id, None)
-            job.text = answer.text
-            job.prompt_tokens = answer.prompt_tokens or job.prompt_tokens_estimate
-            job.output_tokens = answer.output_tokens
-            job.token_source = answer.token_source or "estimate"
-            job.ttft_s = answer.ttft_s
-            job.last_error = None
+            job.record(answer)
             self._charge(job.prompt_tokens + job.output_tokens)
             self._finish(job, JobStatus.DONE)
             # Written before delivery, so that a crash from here on never runs the job again.
@@ -474,10 +468,7 @@ class JobManager:
 
     @callback
     def _finish(self, job: Job, status: JobStatus) -> None:
-        job.status = status
-        job.finished_at = dt_util.utcnow()
-        job.wait_reason = None
-        job.not_before = None
+        job.finish(status, dt_util.utcnow())
         if status is JobStatus.DONE:
             self._roll_night()
             self._ledger.jobs_done += 1

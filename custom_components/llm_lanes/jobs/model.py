@@ -61,6 +61,18 @@ class JobSpec:
     persistent_notification: bool = False
 
 
+@dataclass(slots=True)
+class JobAnswer:
+    """What one run brought back."""
+
+    text: str
+    prompt_tokens: int
+    """As the server counted them (0 when it did not say)."""
+    output_tokens: int
+    token_source: str | None
+    ttft_s: float | None
+
+
 @dataclass(slots=True, kw_only=True)
 class Job:
     """One summarization job (stored as a plain dict)."""
@@ -111,6 +123,30 @@ class Job:
             notify_target=spec.notify_target,
             persistent_notification=spec.persistent_notification,
         )
+
+    def start(self, now: datetime) -> None:
+        """Begin another attempt."""
+        self.status = JobStatus.RUNNING
+        self.attempts += 1
+        self.wait_reason = None
+        self.not_before = None
+        self.started_at = now
+
+    def record(self, answer: JobAnswer) -> None:
+        """Keep what the run brought back (the estimate stands in for a count the server did not give)."""
+        self.text = answer.text
+        self.prompt_tokens = answer.prompt_tokens or self.prompt_tokens_estimate
+        self.output_tokens = answer.output_tokens
+        self.token_source = answer.token_source or "estimate"
+        self.ttft_s = answer.ttft_s
+        self.last_error = None
+
+    def finish(self, status: JobStatus, now: datetime) -> None:
+        """End the job for good: done, failed or cancelled."""
+        self.status = status
+        self.finished_at = now
+        self.wait_reason = None
+        self.not_before = None
 
     @property
     def title(self) -> str:

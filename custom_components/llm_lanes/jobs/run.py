@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
 import homeassistant.util.dt as dt_util
@@ -18,7 +17,7 @@ from ..core.errors import (  # noqa: TID252
 )
 from ..core.lanes import Lane  # noqa: TID252
 from ..core.scheduler import Scheduler  # noqa: TID252
-from .model import Job
+from .model import Job, JobAnswer
 
 NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
     LimitExceededError,
@@ -28,18 +27,6 @@ NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
     ToolsUnsupportedError,
 )
 """Errors that another attempt would meet again."""
-
-
-@dataclass(slots=True)
-class JobAnswer:
-    """What one run brought back."""
-
-    text: str
-    prompt_tokens: int
-    """As the server counted them (0 when it did not say)."""
-    output_tokens: int
-    token_source: str | None
-    ttft_s: float | None
 
 
 def job_request(job: Job, model: str) -> ChatRequest:

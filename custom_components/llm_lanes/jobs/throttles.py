@@ -1,8 +1,9 @@
 """What holds a job back: the run window, the night's budget, the token bucket, a busy house.
 
 ``JobSettings`` are the throttles the options flow sets; ``NightLedger`` counts what jobs used since
-the window last opened (it is stored); ``TokenBucket`` paces jobs by the tokens they used; and
-``house_busy`` tells whether voice or interactive requests need the server now.
+the window last opened (it is stored); ``TokenBucket`` paces jobs by the tokens they used;
+``house_busy`` tells whether voice or interactive requests need the server now; and
+``own_wait_reason`` says what holds one job back whatever the others do.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Final
 from ..const import DEFAULT_NIGHTLY_END, DEFAULT_NIGHTLY_START  # noqa: TID252
 from ..core.lanes import Lane  # noqa: TID252
 from ..core.snapshot import SchedulerSnapshot  # noqa: TID252
+from .model import Job, WaitReason
 from .store import LedgerData
 
 QUIET_LANES: Final = (Lane.VOICE, Lane.INTERACTIVE)
@@ -82,6 +84,13 @@ class NightLedger:
         """Rebuild the ledger from the store."""
         return cls(data["night"], data["tokens"], data["jobs_done"])
 
+    def roll(self, night: str) -> bool:
+        """Start counting ``night`` afresh unless it is the ledger's night; say whether it did."""
+        if self.night == night:
+            return False
+        self.night, self.tokens, self.jobs_done = night, 0, 0
+        return True
+
     def as_stored(self) -> LedgerData:
         """Return the ledger as the store keeps it."""
         return {"night": self.night, "tokens": self.tokens, "jobs_done": self.jobs_done}
@@ -137,3 +146,21 @@ def house_busy(snapshot: SchedulerSnapshot, goodput_objective: float) -> bool:
         if state.goodput is not None and state.goodput < goodput_objective:
             return True
     return False
+
+
+def own_wait_reason(
+    job: Job, now: datetime, *, window_open: bool, budget_spent: bool
+) -> WaitReason | None:
+    """Why this job may not start, whatever the others do: its back-off, the window, the budget.
+
+    A job asked to run now waits only for its back-off (and for what holds every job back).
+    """
+    if job.not_before is not None and job.not_before > now:
+        return WaitReason.RETRY_BACKOFF
+    if job.run_now:
+        return None
+    if not window_open:
+        return WaitReason.OUTSIDE_WINDOW
+    if budget_spent:
+        return WaitReason.BUDGET_SPENT
+    return None

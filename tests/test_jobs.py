@@ -402,6 +402,31 @@ async def test_notify_and_persistent_notification(
     assert notifications[f"llm_lanes_job_{job.id}"]["message"] == ANSWER_TEXT
 
 
+@pytest.mark.usefixtures("night")
+async def test_notify_entity_and_a_target_gone_by_delivery(
+    hass: HomeAssistant, start_manager: StartManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A notify entity gets ``notify.send_message``; a target gone by then only logs a warning."""
+    sent = async_mock_service(hass, "notify", "send_message")
+    hass.states.async_set("notify.kitchen_display", "unknown")
+    manager = await start_manager()
+    shown = await manager.async_submit(
+        spec("shown", notify_target="notify.kitchen_display")
+    )
+    gone = await manager.async_submit(spec("gone", notify_target="notify.old_phone"))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert [call.data for call in sent] == [
+        {
+            "entity_id": "notify.kitchen_display",
+            "title": "shown",
+            "message": ANSWER_TEXT,
+        }
+    ]
+    assert shown.status is JobStatus.DONE
+    assert gone.status is JobStatus.DONE
+    assert f"Job {gone.id}: could not notify notify.old_phone" in caplog.text
+
+
 async def test_retention_forgets_old_finished_jobs(
     hass: HomeAssistant,
     freezer: FrozenDateTimeFactory,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
+from homeassistant.const import CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 import probatio
@@ -18,14 +19,19 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
 )
 
-from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
+from custom_components.llm_lanes.const import (
+    CONF_KIND,
+    CONF_MODEL,
+    DOMAIN,
+    EVENT_SUMMARY_READY,
+)
 from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
 
-from .support.entities import async_set_options
+from .support.entities import async_call_entity_action, async_set_options
 from .support.requests import async_call_action, finished_requests
 
 CONTEXT_LIMIT = 300
@@ -319,3 +325,53 @@ async def test_job_backs_off_while_a_real_voice_stream_is_open(
     job = await entry.runtime_data.jobs.async_wait(response["job_id"], 60)
     assert job.status is JobStatus.DONE
     assert job.text
+
+
+async def test_actions_need_one_loaded_server(
+    hass: HomeAssistant, init_integration: MockConfigEntry, sim_config: SimConfig
+) -> None:
+    """Without ``config_entry_id`` the only loaded server is used; with two, say which one.
+
+    ``list_jobs`` and ``cancel_job`` look at every loaded server instead. Jobs are paused, so the
+    job stays queued whatever the time of day.
+    """
+    await async_call_entity_action(
+        hass, init_integration, "switch", "jobs_paused", "turn_on"
+    )
+    queued = await async_call_action(
+        hass, "summarize", text="The lights are on.", name="only"
+    )
+    async with SimulatedServer(sim_config) as second_server:
+        second = MockConfigEntry(
+            domain=DOMAIN,
+            title="Second (sim)",
+            data={
+                CONF_URL: second_server.url,
+                CONF_KIND: sim_config.kind,
+                CONF_MODEL: sim_config.model,
+            },
+        )
+        second.add_to_hass(hass)
+        assert await hass.config_entries.async_setup(second.entry_id)
+        await hass.async_block_till_done()
+        with pytest.raises(ServiceValidationError) as err:
+            await async_call_action(hass, "summarize", text="Which server?")
+        assert err.value.translation_key == "several_servers"
+        listed = await async_call_action(hass, "list_jobs")
+        assert [job["job_id"] for job in listed["jobs"]] == [queued["job_id"]]
+        cancelled = await async_call_action(hass, "cancel_job", job_id=queued["job_id"])
+        assert cancelled["status"] == "cancelled"
+        assert await hass.config_entries.async_unload(second.entry_id)
+
+    assert await hass.config_entries.async_unload(init_integration.entry_id)
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "summarize", text="Anyone?")
+    assert err.value.translation_key == "no_server_loaded"
+
+
+@pytest.mark.usefixtures("manager")
+async def test_summarize_entities_needs_the_recorder(hass: HomeAssistant) -> None:
+    """Summarizing the history of entities needs the recorder; nothing is queued without it."""
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "summarize", entity_ids=["sensor.door"])
+    assert err.value.translation_key == "recorder_not_loaded"

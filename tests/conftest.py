@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Generator
 from unittest.mock import PropertyMock, patch
 
 from homeassistant.config_entries import ConfigEntryState
-from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 import pytest
@@ -20,14 +19,14 @@ from pytest_homeassistant_custom_component.syrupy import HomeAssistantSnapshotEx
 from syrupy.assertion import SnapshotAssertion
 
 from custom_components.llm_lanes.const import (
-    CONF_KIND,
     CONF_LLM_HASS_API,
     CONF_MODEL,
-    DOMAIN,
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+
+from .support.entries import async_set_up, server_entry
 
 ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
 """The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
@@ -96,15 +95,12 @@ async def sim(
 @pytest.fixture
 def mock_config_entry(sim: SimulatedServer, sim_config: SimConfig) -> MockConfigEntry:
     """Build an LLM Lanes entry for the simulated server, with one agent and one AI Task entity."""
-    return MockConfigEntry(
-        domain=DOMAIN,
-        entry_id=ENTRY_ID,
+    return server_entry(
+        sim.url,
+        sim_config.kind,
+        model=sim_config.model,
         title="llama.cpp (sim)",
-        data={
-            CONF_URL: sim.url,
-            CONF_KIND: sim_config.kind,
-            CONF_MODEL: sim_config.model,
-        },
+        entry_id=ENTRY_ID,
         unique_id=f"{sim_config.kind}@127.0.0.1:{sim.port}",
         subentries_data=[
             {
@@ -134,9 +130,6 @@ async def init_integration(
     A stream still open then (a nightly job that started because the test ran inside the run
     window) would otherwise hold the simulated server's shutdown until the stream times out.
     """
-    mock_config_entry.add_to_hass(ha_core)
-    assert await ha_core.config_entries.async_setup(mock_config_entry.entry_id)
-    await ha_core.async_block_till_done()
-    yield mock_config_entry
+    yield await async_set_up(ha_core, mock_config_entry)
     if mock_config_entry.state is ConfigEntryState.LOADED:
         assert await ha_core.config_entries.async_unload(mock_config_entry.entry_id)

@@ -28,6 +28,8 @@ from custom_components.llm_lanes.const import (
 )
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 
+from .support.entries import server_entry
+
 type Routes = dict[str, Callable[[web.Request], Any]]
 
 
@@ -388,15 +390,11 @@ async def _keyed_server_and_entry(
     port = _closed_port()
     server = KeyedSimulatedServer(SimConfig(slots=2, speed=50.0, port=port), server_key)
     async with server:
-        entry = MockConfigEntry(
-            domain=DOMAIN,
+        entry = server_entry(
+            server.url,
+            "llama_cpp",
+            api_key=entry_key,
             title="llama.cpp (keyed sim)",
-            data={
-                CONF_URL: server.url,
-                CONF_KIND: "llama_cpp",
-                CONF_MODEL: SimConfig().model,
-                CONF_API_KEY: entry_key,
-            },
             unique_id=f"llama_cpp@127.0.0.1:{port}",
         )
         entry.add_to_hass(hass)

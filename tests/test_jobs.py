@@ -25,10 +25,10 @@ from custom_components.llm_lanes.jobs.prompts import text_prompt
 from custom_components.llm_lanes.jobs.store import storage_key
 from custom_components.llm_lanes.jobs.throttles import JobSettings
 
+from .support.entries import MODEL
 from .support.jobs import (
     ANSWER,
     ENTRY_ID,
-    MODEL,
     LoadedScheduler,
     local_time,
     move_to,

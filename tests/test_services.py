@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
-from homeassistant.const import CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 import probatio
@@ -19,12 +18,7 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
 )
 
-from custom_components.llm_lanes.const import (
-    CONF_KIND,
-    CONF_MODEL,
-    DOMAIN,
-    EVENT_SUMMARY_READY,
-)
+from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
@@ -32,6 +26,7 @@ from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
 
 from .support.entities import async_call_entity_action, async_set_options
+from .support.entries import async_set_up, server_entry
 from .support.requests import async_call_action, finished_requests
 
 CONTEXT_LIMIT = 300
@@ -342,18 +337,9 @@ async def test_actions_need_one_loaded_server(
         hass, "summarize", text="The lights are on.", name="only"
     )
     async with SimulatedServer(sim_config) as second_server:
-        second = MockConfigEntry(
-            domain=DOMAIN,
-            title="Second (sim)",
-            data={
-                CONF_URL: second_server.url,
-                CONF_KIND: sim_config.kind,
-                CONF_MODEL: sim_config.model,
-            },
+        second = await async_set_up(
+            hass, server_entry(second_server.url, sim_config.kind, title="Second")
         )
-        second.add_to_hass(hass)
-        assert await hass.config_entries.async_setup(second.entry_id)
-        await hass.async_block_till_done()
         with pytest.raises(ServiceValidationError) as err:
             await async_call_action(hass, "summarize", text="Which server?")
         assert err.value.translation_key == "several_servers"

@@ -35,7 +35,6 @@ from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 from custom_components.llm_lanes.jobs.throttles import JobSettings
 
 ENTRY_ID = "01JOBSTESTENTRY00000000000"
-MODEL = "sim-llama-8b"
 ANSWER = ("The ", "house ", "was ", "quiet.")
 
 

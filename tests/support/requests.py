@@ -15,11 +15,10 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import DOMAIN
 from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, GenerateResult
 
-MODEL = SimConfig().model
+from .entries import MODEL
 
 
 def chat(text: str = "What time is it?", max_tokens: int = 8) -> ChatRequest:

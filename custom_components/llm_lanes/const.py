@@ -32,6 +32,15 @@ OPT_QUOTA_TOKENS_PER_DAY: Final = "quota_tokens_per_day"
 OPT_REQUESTER_QUOTAS: Final = "requester_quotas"
 """One ``requester=tokens`` pair per line."""
 OPT_QUOTA_ACTION: Final = "quota_action"
+OPT_NIGHTLY_START: Final = "nightly_start"
+"""Start of the window in which background jobs run (``HH:MM:SS``)."""
+OPT_NIGHTLY_END: Final = "nightly_end"
+OPT_JOBS_MAX_IN_FLIGHT: Final = "jobs_max_in_flight"
+OPT_JOBS_TOKENS_PER_MINUTE: Final = "jobs_tokens_per_minute"
+"""0 means no rate limit."""
+OPT_JOBS_NIGHTLY_BUDGET: Final = "jobs_nightly_token_budget"
+"""0 means no budget."""
+OPT_JOBS_RETENTION_DAYS: Final = "jobs_retention_days"
 SETTING_OPTIONS: Final = (
     OPT_POLICY,
     OPT_PREFILL_BUDGET,
@@ -49,15 +58,6 @@ SETTING_OPTIONS: Final = (
 The other scheduler options need more than a conversion: max sequences defaults to the server's
 slots, background-with-voice stores "no cap" as 0, requester quotas are text.
 """
-OPT_NIGHTLY_START: Final = "nightly_start"
-"""Start of the window in which background jobs run (``HH:MM:SS``)."""
-OPT_NIGHTLY_END: Final = "nightly_end"
-OPT_JOBS_MAX_IN_FLIGHT: Final = "jobs_max_in_flight"
-OPT_JOBS_TOKENS_PER_MINUTE: Final = "jobs_tokens_per_minute"
-"""0 means no rate limit."""
-OPT_JOBS_NIGHTLY_BUDGET: Final = "jobs_nightly_token_budget"
-"""0 means no budget."""
-OPT_JOBS_RETENTION_DAYS: Final = "jobs_retention_days"
 LANE_OPTION_LIMITS: Final = (
     "ttft_slo_s",
     "itl_slo_s",

@@ -1,16 +1,49 @@
-"""Shared fixtures.
+"""Shared fixtures: Home Assistant, a simulated LLM server and an LLM Lanes entry for it.
 
 Home Assistant's test harness puts its own test config folder (with an empty ``custom_components``)
-first on ``sys.path``; importing our package here, at import time, makes sure ours is the one found.
+first on ``sys.path``; importing from our package here, at import time, makes sure ours is the one
+found.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Generator
+from unittest.mock import PropertyMock, patch
+
+from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.syrupy import HomeAssistantSnapshotExtension
+from syrupy.assertion import SnapshotAssertion
 
-import custom_components.llm_lanes  # noqa: F401
+from custom_components.llm_lanes.const import (
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+
+from .support.entries import async_set_up, server_entry
+
+ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
+"""The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep syrupy's snapshots in ``tests/snapshots/`` (not ``__snapshots__`` beside each module)."""
+    config.option.snapshot_dirname = "snapshots"
+
+
+@pytest.fixture
+def snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    """Serialize Home Assistant objects as core's tests do (registry ids and timestamps left out).
+
+    The test package ships this fixture too, but syrupy's own plugin, loaded after it, wins.
+    """
+    return snapshot.use_extension(HomeAssistantSnapshotExtension)
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +57,17 @@ def auto_enable_custom_integrations(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture
+def entity_registry_enabled_by_default() -> Generator[None]:
+    """Create every entity enabled, including those disabled by default (as HA core's tests do)."""
+    with patch(
+        "homeassistant.helpers.entity.Entity.entity_registry_enabled_default",
+        new_callable=PropertyMock,
+        return_value=True,
+    ):
+        yield
+
+
+@pytest.fixture
 async def ha_core(hass: HomeAssistant) -> HomeAssistant:
     """Home Assistant with its core integration set up (conversation needs exposed entities)."""
     assert await async_setup_component(hass, "homeassistant", {})
@@ -31,23 +75,6 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
 
 
 # --- LLM Lanes entries against the simulated server ----------------------------------------------
-
-from collections.abc import AsyncIterator  # noqa: E402
-
-from homeassistant.const import CONF_URL  # noqa: E402
-from pytest_homeassistant_custom_component.common import MockConfigEntry  # noqa: E402
-
-from custom_components.llm_lanes.const import (  # noqa: E402
-    CONF_KIND,
-    CONF_LLM_HASS_API,
-    CONF_MODEL,
-    DOMAIN,
-    SUBENTRY_AI_TASK,
-    SUBENTRY_CONVERSATION,
-)
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer  # noqa: E402
-
-SIM_MODEL = SimConfig().model
 
 
 @pytest.fixture
@@ -68,14 +95,12 @@ async def sim(
 @pytest.fixture
 def mock_config_entry(sim: SimulatedServer, sim_config: SimConfig) -> MockConfigEntry:
     """Build an LLM Lanes entry for the simulated server, with one agent and one AI Task entity."""
-    return MockConfigEntry(
-        domain=DOMAIN,
+    return server_entry(
+        sim.url,
+        sim_config.kind,
+        model=sim_config.model,
         title="llama.cpp (sim)",
-        data={
-            CONF_URL: sim.url,
-            CONF_KIND: sim_config.kind,
-            CONF_MODEL: sim_config.model,
-        },
+        entry_id=ENTRY_ID,
         unique_id=f"{sim_config.kind}@127.0.0.1:{sim.port}",
         subentries_data=[
             {
@@ -99,9 +124,12 @@ def mock_config_entry(sim: SimulatedServer, sim_config: SimConfig) -> MockConfig
 @pytest.fixture
 async def init_integration(
     ha_core: HomeAssistant, mock_config_entry: MockConfigEntry
-) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
-    mock_config_entry.add_to_hass(ha_core)
-    assert await ha_core.config_entries.async_setup(mock_config_entry.entry_id)
-    await ha_core.async_block_till_done()
-    return mock_config_entry
+) -> AsyncIterator[MockConfigEntry]:
+    """Set up the simulated server's entry; unload it after the test, before the server stops.
+
+    A stream still open then (a nightly job that started because the test ran inside the run
+    window) would otherwise hold the simulated server's shutdown until the stream times out.
+    """
+    yield await async_set_up(ha_core, mock_config_entry)
+    if mock_config_entry.state is ConfigEntryState.LOADED:
+        assert await ha_core.config_entries.async_unload(mock_config_entry.entry_id)

@@ -12,18 +12,13 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
 )
 
-from custom_components.llm_lanes.activity import REFRESH_COOLDOWN_S
 from custom_components.llm_lanes.const import EVENT_REQUEST_FINISHED
+from custom_components.llm_lanes.coordinator import REFRESH_COOLDOWN_S
 from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 
-from .test_activity_helpers import (
-    async_flush_snapshots,
-    async_generate,
-    async_wait_for,
-    chat,
-    state_of,
-)
+from .support.entities import async_flush_snapshots, state_of
+from .support.requests import async_generate, async_wait_for, chat
 
 
 @pytest.fixture
@@ -32,19 +27,14 @@ def sim_config() -> SimConfig:
     return SimConfig(slots=8, speed=50)
 
 
-@pytest.fixture
-async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
-    return init_integration
-
-
 SECRET_PROMPT = "the door code is 4711"
 
 
 async def test_request_finished_event(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Each finished request fires one event with its figures and no prompt text."""
+    entry = init_integration
     events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
 
     result = await async_generate(
@@ -76,9 +66,10 @@ async def test_request_finished_event(
 
 
 async def test_event_for_a_rejected_request(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A request refused at admission still fires the event, with its outcome and error."""
+    entry = init_integration
     events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
     scheduler = entry.runtime_data.scheduler
     too_many = scheduler.settings.lanes[Lane.VOICE].max_output_tokens + 1
@@ -96,12 +87,13 @@ async def test_event_for_a_rejected_request(
 
 
 async def test_snapshots_are_throttled(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A burst of finished requests refreshes the entities at most once a second.
 
     The last refresh, at the end of the cooldown, carries every request of the burst.
     """
+    entry = init_integration
     activity = entry.runtime_data.activity
     refreshes: list[float] = []
 
@@ -140,9 +132,10 @@ async def test_snapshots_are_throttled(
 
 
 async def test_refreshes_while_a_request_runs(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Queue depth and in-flight sensors move during a long generation, not per token."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
     activity = entry.runtime_data.activity
     refreshes: list[int] = []
@@ -180,9 +173,10 @@ async def test_refreshes_while_a_request_runs(
 
 
 async def test_unload_stops_refreshing(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """After unload, finished requests neither fire events nor refresh snapshots."""
+    entry = init_integration
     activity = entry.runtime_data.activity
     assert await hass.config_entries.async_unload(entry.entry_id)
     await hass.async_block_till_done()

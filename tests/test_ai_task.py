@@ -11,22 +11,17 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.core.snapshot import FinishedRequest
+
+from .support.requests import finished_requests
 
 ENTITY = "ai_task.sim_ai_task"
-
-
-def _collect(entry: MockConfigEntry) -> list[FinishedRequest]:
-    finished: list[FinishedRequest] = []
-    entry.async_on_unload(entry.runtime_data.scheduler.add_listener(finished.append))
-    return finished
 
 
 async def test_generate_text(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Free text comes back; the request ran in the automation lane as ``ai_task``."""
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
     result = await ai_task.async_generate_data(
         hass, task_name="summary", entity_id=ENTITY, instructions="Summarize the day"
     )
@@ -61,7 +56,7 @@ async def test_requester_is_the_user(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A user's call is charged to that user."""
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
     await ai_task.async_generate_data(
         hass,
         task_name="t",
@@ -76,7 +71,7 @@ async def test_requester_is_the_automation(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A call from an automation's run is charged to that automation."""
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
     run = Context()
     hass.states.async_set("automation.morning", "on", context=run)
     await ai_task.async_generate_data(

@@ -11,7 +11,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 
-from .test_activity_helpers import entity_id_for, state_of
+from .support.entities import entity_id_for, state_of
 
 
 async def test_server_reachable(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 import socket
 from typing import Any
 
@@ -26,6 +27,8 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+
+from .support.entries import server_entry
 
 type Routes = dict[str, Callable[[web.Request], Any]]
 
@@ -379,18 +382,23 @@ class KeyedSimulatedServer(SimulatedServer):
         app.middlewares.append(check_key)
 
 
-def _keyed_entry(url: str, port: int, api_key: str) -> MockConfigEntry:
-    return MockConfigEntry(
-        domain=DOMAIN,
-        title="llama.cpp (keyed sim)",
-        data={
-            CONF_URL: url,
-            CONF_KIND: "llama_cpp",
-            CONF_MODEL: SimConfig().model,
-            CONF_API_KEY: api_key,
-        },
-        unique_id=f"llama_cpp@127.0.0.1:{port}",
-    )
+@asynccontextmanager
+async def _keyed_server_and_entry(
+    hass: HomeAssistant, server_key: str, entry_key: str
+) -> AsyncIterator[tuple[KeyedSimulatedServer, MockConfigEntry]]:
+    """Run a keyed server on a fixed port (so it can stop and start again) and add its entry."""
+    port = _closed_port()
+    server = KeyedSimulatedServer(SimConfig(slots=2, speed=50.0, port=port), server_key)
+    async with server:
+        entry = server_entry(
+            server.url,
+            "llama_cpp",
+            api_key=entry_key,
+            title="llama.cpp (keyed sim)",
+            unique_id=f"llama_cpp@127.0.0.1:{port}",
+        )
+        entry.add_to_hass(hass)
+        yield server, entry
 
 
 def _reauth_flow_ids(hass: HomeAssistant, entry: MockConfigEntry) -> list[str]:
@@ -403,11 +411,7 @@ def _reauth_flow_ids(hass: HomeAssistant, entry: MockConfigEntry) -> list[str]:
 @pytest.mark.usefixtures("ha_core", "socket_enabled")
 async def test_reauth_when_set_up_is_refused(hass: HomeAssistant) -> None:
     """A refused key at set-up asks for a new one: wrong key, server down, then the right one."""
-    port = _closed_port()
-    server = KeyedSimulatedServer(SimConfig(slots=2, speed=50.0, port=port), "new")
-    async with server:
-        entry = _keyed_entry(server.url, port, "old")
-        entry.add_to_hass(hass)
+    async with _keyed_server_and_entry(hass, "new", "old") as (server, entry):
         assert not await hass.config_entries.async_setup(entry.entry_id)
         await hass.async_block_till_done()
         assert entry.state is ConfigEntryState.SETUP_ERROR
@@ -444,11 +448,7 @@ async def test_reauth_when_set_up_is_refused(hass: HomeAssistant) -> None:
 @pytest.mark.usefixtures("ha_core", "socket_enabled")
 async def test_reauth_when_a_poll_is_refused(hass: HomeAssistant) -> None:
     """The key is rotated on the server while the entry runs: the next poll starts reauth."""
-    port = _closed_port()
-    server = KeyedSimulatedServer(SimConfig(slots=2, speed=50.0, port=port), "first")
-    async with server:
-        entry = _keyed_entry(server.url, port, "first")
-        entry.add_to_hass(hass)
+    async with _keyed_server_and_entry(hass, "first", "first") as (server, entry):
         assert await hass.config_entries.async_setup(entry.entry_id)
         await hass.async_block_till_done()
         assert _reauth_flow_ids(hass, entry) == []

@@ -13,22 +13,18 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.core.snapshot import FinishedRequest
+
+from .support.entities import async_set_options
+from .support.requests import finished_requests
 
 AGENT = "conversation.sim_agent"
-
-
-def _collect(entry: MockConfigEntry) -> list[FinishedRequest]:
-    finished: list[FinishedRequest] = []
-    entry.async_on_unload(entry.runtime_data.scheduler.add_listener(finished.append))
-    return finished
 
 
 async def test_typed_chat_is_interactive(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A typed chat answers through the interactive lane, charged to the user; turns continue."""
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
     context = Context(user_id="user123")
     result = await conversation.async_converse(
         hass, "What time is it?", None, context, agent_id=AGENT
@@ -56,7 +52,7 @@ async def test_satellite_is_voice_and_turns_on_a_light(
     hass.states.async_set("light.kitchen", "off", {"friendly_name": "Kitchen light"})
     async_expose_entity(hass, conversation.DOMAIN, "light.kitchen", True)
     calls = async_mock_service(hass, "light", "turn_on")
-    finished = _collect(init_integration)
+    finished = finished_requests(init_integration)
 
     result = await conversation.async_converse(
         hass,
@@ -79,18 +75,16 @@ async def test_server_error_becomes_conversation_error(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A request the lane refuses comes back as a clear error, not an exception."""
-    hass.config_entries.async_update_entry(
+    await async_set_options(
+        hass,
         init_integration,
-        options={
-            "interactive": {
-                "max_queued": 1,
-                "max_output_tokens": 1,
-                "ttft_slo_s": 1.0,
-                "itl_slo_s": 0.1,
-            }
+        interactive={
+            "max_queued": 1,
+            "max_output_tokens": 1,
+            "ttft_slo_s": 1.0,
+            "itl_slo_s": 0.1,
         },
     )
-    await hass.async_block_till_done()
     settings = init_integration.runtime_data.scheduler.settings
     init_integration.runtime_data.scheduler.update_settings(
         settings.with_lane(Lane.INTERACTIVE, max_prompt_tokens=1)

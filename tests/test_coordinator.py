@@ -10,20 +10,20 @@ import logging
 from aiohttp import web
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.config_entries import ConfigEntryState
-from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import entity_registry as er
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
+from custom_components.llm_lanes.const import DOMAIN
 from custom_components.llm_lanes.coordinator import (
     WARM_UP_RETRY_INTERVAL,
     ServerCoordinator,
 )
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 
-MODEL = SimConfig().model
+from .support.entries import MODEL, async_set_up, server_entry
+
 LOADED_LOG = f"Loaded model {MODEL}"
 FAILED_LOG = f"Could not load model {MODEL}"
 
@@ -65,20 +65,11 @@ class UnloadingOllama(SimulatedServer):
 
 
 def _entry(url: str, kind: str) -> MockConfigEntry:
-    return MockConfigEntry(
-        domain=DOMAIN,
-        title=f"{kind} (sim)",
-        data={CONF_URL: url, CONF_KIND: kind, CONF_MODEL: MODEL},
-    )
+    return server_entry(url, kind)
 
 
 async def _set_up(hass: HomeAssistant, url: str, kind: str) -> MockConfigEntry:
-    entry = _entry(url, kind)
-    entry.add_to_hass(hass)
-    assert await hass.config_entries.async_setup(entry.entry_id)
-    await hass.async_block_till_done(wait_background_tasks=True)
-    assert entry.state is ConfigEntryState.LOADED
-    return entry
+    return await async_set_up(hass, _entry(url, kind))
 
 
 def _loaded_model_sensor(hass: HomeAssistant, entry: MockConfigEntry) -> str:
@@ -268,14 +259,9 @@ async def test_model_the_server_does_not_have_is_not_warmed_up(
 ) -> None:
     """A model that is not installed is a repair issue; loading it would only fail."""
     hass = ha_core
-    entry = MockConfigEntry(
-        domain=DOMAIN,
-        title="ollama (sim)",
-        data={CONF_URL: unloading_ollama.url, CONF_KIND: "ollama", CONF_MODEL: "gone"},
+    entry = await async_set_up(
+        hass, server_entry(unloading_ollama.url, "ollama", model="gone")
     )
-    entry.add_to_hass(hass)
-    assert await hass.config_entries.async_setup(entry.entry_id)
-    await hass.async_block_till_done(wait_background_tasks=True)
     server = entry.runtime_data.server
     await _poll(hass, server)
     assert not server.data.model_loaded

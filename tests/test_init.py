@@ -23,7 +23,10 @@ from custom_components.llm_lanes.core.bench.simulator import SimConfig, Simulate
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import Policy
-from custom_components.llm_lanes.job_store import storage_key
+from custom_components.llm_lanes.jobs.store import storage_key
+
+from .support.entities import async_set_options
+from .support.requests import async_call_action
 
 
 def _request(model: str) -> ChatRequest:
@@ -60,11 +63,11 @@ async def test_options_apply_live(
     """Options written by the control entities change the scheduler without a reload."""
     entry = init_integration
     scheduler = entry.runtime_data.scheduler
-    hass.config_entries.async_update_entry(
+    await async_set_options(
+        hass,
         entry,
-        options={OPT_MAX_SEQUENCES: 1, OPT_POLICY: "fifo", OPT_BACKGROUND_PAUSED: True},
+        **{OPT_MAX_SEQUENCES: 1, OPT_POLICY: "fifo", OPT_BACKGROUND_PAUSED: True},
     )
-    await hass.async_block_till_done()
     assert entry.runtime_data.scheduler is scheduler
     assert scheduler.settings.max_sequences == 1
     assert scheduler.settings.policy is Policy.FIFO
@@ -124,12 +127,8 @@ async def test_remove_entry_forgets_its_jobs(
 ) -> None:
     """Deleting the server removes its stored jobs; a queued job was stored before."""
     entry = init_integration
-    await hass.services.async_call(
-        DOMAIN,
-        "summarize",
-        {"name": "digest", "text": "The door opened twice."},
-        blocking=True,
-        return_response=True,
+    await async_call_action(
+        hass, "summarize", name="digest", text="The door opened twice."
     )
     await hass.async_block_till_done()
     assert storage_key(entry.entry_id) in hass_storage

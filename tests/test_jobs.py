@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
@@ -12,22 +13,22 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
     async_mock_service,
 )
+from syrupy.assertion import SnapshotAssertion
+from syrupy.matchers import path_type
 
+from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.job_history import text_prompt
-from custom_components.llm_lanes.job_store import JobStatus, WaitReason, storage_key
-from custom_components.llm_lanes.jobs import (
-    EVENT_SUMMARY_READY,
-    JobManager,
-    JobSettings,
-    JobSpec,
-)
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.model import JobSpec, JobStatus, WaitReason
+from custom_components.llm_lanes.jobs.prompts import text_prompt
+from custom_components.llm_lanes.jobs.store import storage_key
+from custom_components.llm_lanes.jobs.throttles import JobSettings
 
-from .test_jobs_helpers import (
+from .support.entries import MODEL
+from .support.jobs import (
     ANSWER,
     ENTRY_ID,
-    MODEL,
     LoadedScheduler,
     local_time,
     move_to,
@@ -44,17 +45,35 @@ def spec(name: str = "daily", **changes: Any) -> JobSpec:
     )
 
 
+StartManager = Callable[..., Awaitable[JobManager]]
+"""Starts a job manager of the test entry (job settings optional)."""
+
+
+@pytest.fixture
 async def start_manager(
-    hass: HomeAssistant,
-    scheduler: LoadedScheduler,
-    job_settings: JobSettings | None = None,
-) -> JobManager:
-    """Start a job manager of the test entry."""
-    manager = JobManager(
-        hass, ENTRY_ID, scheduler, model=MODEL, settings=job_settings or settings()
-    )
-    await manager.async_start()
-    return manager
+    hass: HomeAssistant, scheduler: LoadedScheduler
+) -> AsyncIterator[StartManager]:
+    """Start job managers of the test entry (the default window unless told); stop them after."""
+    started: list[JobManager] = []
+
+    async def start(job_settings: JobSettings | None = None) -> JobManager:
+        manager = JobManager(
+            hass, ENTRY_ID, scheduler, model=MODEL, settings=job_settings or settings()
+        )
+        await manager.async_start()
+        started.append(manager)
+        return manager
+
+    yield start
+    for manager in started:
+        await manager.async_stop()
+
+
+@pytest.fixture
+def night(freezer: FrozenDateTimeFactory) -> FrozenDateTimeFactory:
+    """Set the clock to 02:00 on November 30th, inside the default run window."""
+    freezer.move_to(local_time(30, 2))
+    return freezer
 
 
 @pytest.fixture
@@ -64,12 +83,15 @@ def scheduler() -> LoadedScheduler:
 
 
 async def test_job_waits_for_the_window_then_runs(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """A job queued in the afternoon waits until 01:00, then runs in the background lane."""
     freezer.move_to(local_time(29, 14))
     events = async_capture_events(hass, EVENT_SUMMARY_READY)
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
 
     job = await manager.async_submit(spec())
     await hass.async_block_till_done(wait_background_tasks=True)
@@ -95,28 +117,30 @@ async def test_job_waits_for_the_window_then_runs(
     assert event.data["wait_s"] == pytest.approx(11 * 3600 + 5, abs=1)
     assert manager.done_tonight == 1
     assert manager.tokens_tonight == job.prompt_tokens + job.output_tokens
-    await manager.async_stop()
 
 
 async def test_run_now_skips_the_window(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    start_manager: StartManager,
 ) -> None:
     """``run_now`` runs at once in the afternoon; the caller can wait for the text."""
     freezer.move_to(local_time(29, 14))
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(spec(run_now=True))
     finished = await manager.async_wait(job.id, 5)
     assert finished.status is JobStatus.DONE
     assert finished.text == ANSWER_TEXT
-    await manager.async_stop()
 
 
 async def test_budget_spent_defers_to_the_next_night(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    start_manager: StartManager,
 ) -> None:
     """Once the night's budget is spent, the other jobs wait for the next night and say so."""
     freezer.move_to(local_time(30, 1, 30))
-    manager = await start_manager(hass, scheduler, settings(nightly_token_budget=20))
+    manager = await start_manager(settings(nightly_token_budget=20))
     first = await manager.async_submit(spec("first"))
     await hass.async_block_till_done(wait_background_tasks=True)
     assert first.status is JobStatus.DONE
@@ -138,18 +162,19 @@ async def test_budget_spent_defers_to_the_next_night(
     assert second.status is JobStatus.DONE
     assert manager.done_tonight == 1
     assert manager.tokens_tonight == second.prompt_tokens + second.output_tokens
-    await manager.async_stop()
 
 
 async def test_backs_off_while_voice_streams(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """No job starts while a voice request streams; it starts when voice is done."""
-    freezer.move_to(local_time(30, 2))
     scheduler.voice_in_flight = 1
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(spec())
-    await move_to(hass, freezer, local_time(30, 2, 1))
+    await move_to(hass, night, local_time(30, 2, 1))
     assert job.status is JobStatus.QUEUED
     assert job.wait_reason is WaitReason.HOUSE_BUSY
     assert scheduler.calls == []
@@ -157,32 +182,33 @@ async def test_backs_off_while_voice_streams(
     scheduler.voice_finished()
     await hass.async_block_till_done(wait_background_tasks=True)
     assert job.status is JobStatus.DONE
-    await manager.async_stop()
 
 
 async def test_backs_off_while_goodput_is_below_objective(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """Jobs hold back while voice goodput over the last minute misses its objective."""
-    freezer.move_to(local_time(30, 2))
     scheduler.voice_goodput = 0.5
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(spec())
     await hass.async_block_till_done(wait_background_tasks=True)
     assert job.wait_reason is WaitReason.HOUSE_BUSY
 
     scheduler.voice_goodput = 1.0
-    await move_to(hass, freezer, local_time(30, 2, 1))
+    await move_to(hass, night, local_time(30, 2, 1))
     assert job.status is JobStatus.DONE
-    await manager.async_stop()
 
 
 async def test_token_rate_limit(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    start_manager: StartManager,
 ) -> None:
     """A job that overdraws the token bucket holds the next one back until it refills."""
-    freezer.move_to(local_time(30, 2))
-    manager = await start_manager(hass, scheduler, settings(tokens_per_minute=30))
+    manager = await start_manager(settings(tokens_per_minute=30))
     first = await manager.async_submit(spec("first"))
     await hass.async_block_till_done(wait_background_tasks=True)
     used = first.prompt_tokens + first.output_tokens
@@ -192,21 +218,22 @@ async def test_token_rate_limit(
     await hass.async_block_till_done(wait_background_tasks=True)
     assert second.wait_reason is WaitReason.RATE_LIMIT
     # The debt (used - 30 tokens) is paid back at 30 tokens a minute.
-    await move_to(hass, freezer, local_time(30, 2, 0, 20))
+    await move_to(hass, night, local_time(30, 2, 0, 20))
     assert second.status is JobStatus.QUEUED
     minutes = (used - 30) / 30
-    await move_to(hass, freezer, local_time(30, 2, int(minutes) + 1, 10))
+    await move_to(hass, night, local_time(30, 2, int(minutes) + 1, 10))
     assert second.status is JobStatus.DONE
-    await manager.async_stop()
 
 
 async def test_server_errors_retry_with_back_off_then_fail(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """A busy server is retried after 1 then 2 minutes; the third failure fails the job."""
-    freezer.move_to(local_time(30, 2))
     scheduler.failures = [ServerBusyError("busy", status=503) for _ in range(3)]
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(spec())
     await hass.async_block_till_done(wait_background_tasks=True)
     assert job.status is JobStatus.QUEUED
@@ -214,46 +241,46 @@ async def test_server_errors_retry_with_back_off_then_fail(
     assert job.wait_reason is WaitReason.RETRY_BACKOFF
     assert job.last_error is not None and "ServerBusyError" in job.last_error
 
-    await move_to(hass, freezer, local_time(30, 2, 0, 50))
+    await move_to(hass, night, local_time(30, 2, 0, 50))
     assert job.attempts == 1
-    await move_to(hass, freezer, local_time(30, 2, 1, 5))
+    await move_to(hass, night, local_time(30, 2, 1, 5))
     assert job.attempts == 2
-    await move_to(hass, freezer, local_time(30, 2, 3, 15))
+    await move_to(hass, night, local_time(30, 2, 3, 15))
     assert job.attempts == 3
     assert job.status is JobStatus.FAILED
     assert "busy" in (job.last_error or "")
-    await manager.async_stop()
 
 
+@pytest.mark.usefixtures("night")
 async def test_limit_errors_fail_at_once(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """An error another attempt would meet again fails the job on the first attempt."""
-    freezer.move_to(local_time(30, 2))
     scheduler.failures = [
         LimitExceededError(
             lane="background", limit="max_tokens", value=9e3, maximum=4096
         )
     ]
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(spec())
     await hass.async_block_till_done(wait_background_tasks=True)
     assert job.status is JobStatus.FAILED
     assert job.attempts == 1
-    await manager.async_stop()
 
 
 async def test_interrupted_job_completes_exactly_once_after_restart(
     hass: HomeAssistant,
-    freezer: FrozenDateTimeFactory,
+    night: FrozenDateTimeFactory,
     scheduler: LoadedScheduler,
+    start_manager: StartManager,
     hass_storage: dict[str, Any],
 ) -> None:
     """A job stopped mid-stream by an unload is stored as interrupted and runs once after reload."""
-    freezer.move_to(local_time(30, 2))
     events = async_capture_events(hass, EVENT_SUMMARY_READY)
     scheduler.hold = asyncio.Event()
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(spec())
     await hass.async_block_till_done()
     assert job.status is JobStatus.RUNNING
@@ -267,7 +294,7 @@ async def test_interrupted_job_completes_exactly_once_after_restart(
     assert stored["attempts"] == 1
 
     scheduler.hold = None
-    reloaded = await start_manager(hass, scheduler)
+    reloaded = await start_manager()
     await hass.async_block_till_done(wait_background_tasks=True)
     again = reloaded.get(job.id)
     assert again.status is JobStatus.DONE
@@ -276,22 +303,21 @@ async def test_interrupted_job_completes_exactly_once_after_restart(
     assert len(events) == 1
     await reloaded.async_stop()
 
-    third = await start_manager(hass, scheduler)
-    await move_to(hass, freezer, local_time(30, 2, 5))
+    third = await start_manager()
+    await move_to(hass, night, local_time(30, 2, 5))
     assert third.get(job.id).status is JobStatus.DONE
     assert len(scheduler.calls) == 2
     assert len(events) == 1
-    await third.async_stop()
 
 
+@pytest.mark.usefixtures("night")
 async def test_job_left_running_by_a_crash_runs_again(
     hass: HomeAssistant,
-    freezer: FrozenDateTimeFactory,
     scheduler: LoadedScheduler,
+    start_manager: StartManager,
     hass_storage: dict[str, Any],
 ) -> None:
     """A job stored as running (no clean stop) is queued again on load; old versions migrate."""
-    freezer.move_to(local_time(30, 2))
     job = spec()
     hass_storage[storage_key(ENTRY_ID)] = {
         "version": 1,
@@ -323,7 +349,7 @@ async def test_job_left_running_by_a_crash_runs_again(
             ]
         },
     }
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     await hass.async_block_till_done(wait_background_tasks=True)
     assert manager.get("abc").status is JobStatus.DONE
     assert manager.get("def").text == "Earlier."
@@ -332,13 +358,15 @@ async def test_job_left_running_by_a_crash_runs_again(
     assert hass_storage[storage_key(ENTRY_ID)]["minor_version"] == 2
 
 
+@pytest.mark.usefixtures("night")
 async def test_cancel_queued_and_running_jobs(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """Cancel drops a queued job, and stops a running one (its stream is closed)."""
-    freezer.move_to(local_time(30, 2))
     scheduler.hold = asyncio.Event()
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     running = await manager.async_submit(spec("running"))
     queued = await manager.async_submit(spec("queued"))
     await hass.async_block_till_done()
@@ -351,16 +379,16 @@ async def test_cancel_queued_and_running_jobs(
     assert running.status is JobStatus.CANCELLED
     assert scheduler.calls[0].closed
     assert len(scheduler.calls) == 1
-    await manager.async_stop()
 
 
+@pytest.mark.usefixtures("night")
 async def test_notify_and_persistent_notification(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    start_manager: StartManager,
 ) -> None:
     """A finished job is sent to its notify service and shown as a persistent notification."""
-    freezer.move_to(local_time(30, 2))
     sent = async_mock_service(hass, "notify", "family_phone")
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     job = await manager.async_submit(
         spec(
             "evening", notify_target="notify.family_phone", persistent_notification=True
@@ -372,15 +400,41 @@ async def test_notify_and_persistent_notification(
     assert call.data == {"title": "evening", "message": ANSWER_TEXT}
     notifications = hass.data["persistent_notification"]
     assert notifications[f"llm_lanes_job_{job.id}"]["message"] == ANSWER_TEXT
-    await manager.async_stop()
+
+
+@pytest.mark.usefixtures("night")
+async def test_notify_entity_and_a_target_gone_by_delivery(
+    hass: HomeAssistant, start_manager: StartManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A notify entity gets ``notify.send_message``; a target gone by then only logs a warning."""
+    sent = async_mock_service(hass, "notify", "send_message")
+    hass.states.async_set("notify.kitchen_display", "unknown")
+    manager = await start_manager()
+    shown = await manager.async_submit(
+        spec("shown", notify_target="notify.kitchen_display")
+    )
+    gone = await manager.async_submit(spec("gone", notify_target="notify.old_phone"))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert [call.data for call in sent] == [
+        {
+            "entity_id": "notify.kitchen_display",
+            "title": "shown",
+            "message": ANSWER_TEXT,
+        }
+    ]
+    assert shown.status is JobStatus.DONE
+    assert gone.status is JobStatus.DONE
+    assert f"Job {gone.id}: could not notify notify.old_phone" in caplog.text
 
 
 async def test_retention_forgets_old_finished_jobs(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    freezer: FrozenDateTimeFactory,
+    start_manager: StartManager,
 ) -> None:
     """Finished jobs are kept for the retention period, then forgotten."""
     freezer.move_to(local_time(20, 2))
-    manager = await start_manager(hass, scheduler, settings(retention_days=2))
+    manager = await start_manager(settings(retention_days=2))
     job = await manager.async_submit(spec())
     await hass.async_block_till_done(wait_background_tasks=True)
     assert job.status is JobStatus.DONE
@@ -388,15 +442,16 @@ async def test_retention_forgets_old_finished_jobs(
     assert manager.jobs() == [job]
     await move_to(hass, freezer, local_time(22, 2, 5))
     assert manager.jobs() == []
-    await manager.async_stop()
 
 
+@pytest.mark.usefixtures("night")
 async def test_cancel_and_stop_before_the_first_step(
-    hass: HomeAssistant, freezer: FrozenDateTimeFactory, scheduler: LoadedScheduler
+    hass: HomeAssistant,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
     """A job cancelled (or stopped) before its task ran a step still ends in the right state."""
-    freezer.move_to(local_time(30, 2))
-    manager = await start_manager(hass, scheduler)
+    manager = await start_manager()
     cancelled = await manager.async_submit(spec("cancelled"))
     assert cancelled.status is JobStatus.RUNNING
     await manager.async_cancel(cancelled.id)
@@ -408,3 +463,34 @@ async def test_cancel_and_stop_before_the_first_step(
     assert stopped.status is JobStatus.QUEUED
     assert stopped.interrupted
     assert scheduler.calls == []
+
+
+@pytest.mark.usefixtures("night")
+async def test_stored_document_and_event_layout(
+    hass: HomeAssistant,
+    start_manager: StartManager,
+    hass_storage: dict[str, Any],
+    snapshot: SnapshotAssertion,
+) -> None:
+    """The Store document (key, versions, jobs, ledger, pause) and the event keep their layout.
+
+    A job that ran, and one that waits because jobs are paused. The clock is frozen; the jobs'
+    random ids, and the token counts (the engine's estimate), are checked by type only.
+    """
+    events = async_capture_events(hass, EVENT_SUMMARY_READY)
+    manager = await start_manager()
+    await manager.async_submit(spec("ran", persistent_notification=True))
+    await hass.async_block_till_done(wait_background_tasks=True)
+    manager.set_paused(True)
+    await manager.async_submit(spec("waits", max_output_tokens=64))
+    await manager.async_stop()
+    by_type = path_type(
+        {
+            r"(.*\.)?(job_)?id": (str,),
+            r".*prompt_tokens(_estimate)?|.*\.tokens": (int,),
+        },
+        regex=True,
+    )
+    assert hass_storage[storage_key(ENTRY_ID)] == snapshot(matcher=by_type)
+    [event] = events
+    assert event.data == snapshot(matcher=by_type)

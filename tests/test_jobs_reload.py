@@ -18,13 +18,14 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
 )
 
+from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
-from custom_components.llm_lanes.job_store import JobStatus, storage_key
-from custom_components.llm_lanes.jobs import EVENT_SUMMARY_READY
+from custom_components.llm_lanes.jobs.model import JobStatus
+from custom_components.llm_lanes.jobs.store import storage_key
 
-from .test_jobs_services import summarize
+from .support.requests import async_call_action
 
 
 @pytest.fixture
@@ -45,8 +46,12 @@ async def test_job_interrupted_by_a_reload_completes_exactly_once(
     first_finished: list[FinishedRequest] = []
     first_scheduler.add_listener(first_finished.append)
 
-    queued = await summarize(
-        hass, text="The washing machine ran twice.", run_now=True, max_output_tokens=100
+    queued = await async_call_action(
+        hass,
+        "summarize",
+        text="The washing machine ran twice.",
+        run_now=True,
+        max_output_tokens=100,
     )
     job_id = queued["job_id"]
     async with asyncio.timeout(30):

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from homeassistant.components.number import (
-    ATTR_VALUE,
-    DOMAIN as NUMBER_DOMAIN,
-    SERVICE_SET_VALUE,
-)
-from homeassistant.const import ATTR_ENTITY_ID
+from homeassistant.components.number import ATTR_VALUE, SERVICE_SET_VALUE
 from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import ServiceValidationError
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
 from custom_components.llm_lanes.core.bench.simulator import SimConfig
 
-from .test_activity_helpers import entity_id_for, state_of
+from .support.entities import async_call_entity_action, async_set_options, state_of
 
 
 @pytest.fixture
@@ -24,43 +20,41 @@ def sim_config() -> SimConfig:
     return SimConfig(slots=3, speed=50)
 
 
-@pytest.fixture
-async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
-    return init_integration
-
-
-async def _set(hass: HomeAssistant, entity_id: str, value: float) -> None:
-    await hass.services.async_call(
-        NUMBER_DOMAIN,
-        SERVICE_SET_VALUE,
-        {ATTR_ENTITY_ID: entity_id, ATTR_VALUE: value},
-        blocking=True,
+async def _set(
+    hass: HomeAssistant, entry: MockConfigEntry, key: str, value: float
+) -> None:
+    await async_call_entity_action(
+        hass, entry, "number", key, SERVICE_SET_VALUE, **{ATTR_VALUE: value}
     )
-    await hass.async_block_till_done()
 
 
-async def test_max_sequences(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_max_sequences(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
     """Defaults to the server's slots; a new value reaches the options and the scheduler."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
     assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "3"
 
-    await _set(hass, entity_id_for(hass, entry, "number", OPT_MAX_SEQUENCES), 2)
+    await _set(hass, entry, OPT_MAX_SEQUENCES, 2)
 
     assert entry.options[OPT_MAX_SEQUENCES] == 2
     assert scheduler.settings.max_sequences == 2
     assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "2"
 
 
-async def test_background_share(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_background_share(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
     """Shown in percent, stored as a fraction."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
     default = scheduler.settings.background_share
     assert float(
         state_of(hass, entry, "number", OPT_BACKGROUND_SHARE)
     ) == pytest.approx(default * 100)
 
-    await _set(hass, entity_id_for(hass, entry, "number", OPT_BACKGROUND_SHARE), 25)
+    await _set(hass, entry, OPT_BACKGROUND_SHARE, 25)
 
     assert entry.options[OPT_BACKGROUND_SHARE] == 0.25
     assert scheduler.settings.background_share == 0.25
@@ -68,23 +62,23 @@ async def test_background_share(hass: HomeAssistant, entry: MockConfigEntry) -> 
 
 
 async def test_follows_options_changed_elsewhere(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A change made in the options flow shows at once."""
-    hass.config_entries.async_update_entry(
-        entry,
-        options={**entry.options, OPT_MAX_SEQUENCES: 1, OPT_BACKGROUND_SHARE: 0.5},
+    entry = init_integration
+    await async_set_options(
+        hass, entry, **{OPT_MAX_SEQUENCES: 1, OPT_BACKGROUND_SHARE: 0.5}
     )
-    await hass.async_block_till_done()
 
     assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "1"
     assert float(state_of(hass, entry, "number", OPT_BACKGROUND_SHARE)) == 50
 
 
 async def test_out_of_range_is_refused(
-    hass: HomeAssistant, entry: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Zero sequences is outside the range: refused, options unchanged."""
-    with pytest.raises(Exception):  # noqa: B017, PT011 - HA's ServiceValidationError
-        await _set(hass, entity_id_for(hass, entry, "number", OPT_MAX_SEQUENCES), 0)
+    entry = init_integration
+    with pytest.raises(ServiceValidationError):
+        await _set(hass, entry, OPT_MAX_SEQUENCES, 0)
     assert OPT_MAX_SEQUENCES not in entry.options

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from homeassistant.components.select import (
-    ATTR_OPTION,
-    ATTR_OPTIONS,
-    DOMAIN as SELECT_DOMAIN,
-    SERVICE_SELECT_OPTION,
-)
-from homeassistant.const import ATTR_ENTITY_ID
+from homeassistant.components.select import ATTR_OPTIONS, SERVICE_SELECT_OPTION
 from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import ServiceValidationError
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -17,40 +12,34 @@ from custom_components.llm_lanes.const import OPT_POLICY
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import Policy
 
-from .test_activity_helpers import async_generate, entity_id_for, state_of
+from .support.entities import async_call_entity_action, entity_id_for, state_of
+from .support.requests import async_generate
+
+
+async def _select(hass: HomeAssistant, entry: MockConfigEntry, option: str) -> None:
+    await async_call_entity_action(
+        hass, entry, "select", OPT_POLICY, SERVICE_SELECT_OPTION, option=option
+    )
 
 
 async def test_policy(hass: HomeAssistant, init_integration: MockConfigEntry) -> None:
     """Lanes by default; first-come-first-served on request; requests still run."""
-    if True:
-        entry = init_integration
-        scheduler = entry.runtime_data.scheduler
-        entity_id = entity_id_for(hass, entry, "select", OPT_POLICY)
-        state = hass.states.get(entity_id)
-        assert state is not None
-        assert state.state == "lanes"
-        assert state.attributes[ATTR_OPTIONS] == ["lanes", "fifo"]
+    entry = init_integration
+    scheduler = entry.runtime_data.scheduler
+    state = hass.states.get(entity_id_for(hass, entry, "select", OPT_POLICY))
+    assert state is not None
+    assert state.state == "lanes"
+    assert state.attributes[ATTR_OPTIONS] == ["lanes", "fifo"]
 
-        await hass.services.async_call(
-            SELECT_DOMAIN,
-            SERVICE_SELECT_OPTION,
-            {ATTR_ENTITY_ID: entity_id, ATTR_OPTION: "fifo"},
-            blocking=True,
-        )
-        await hass.async_block_till_done()
+    await _select(hass, entry, "fifo")
 
-        assert entry.options[OPT_POLICY] == "fifo"
-        assert scheduler.settings.policy is Policy.FIFO
-        assert state_of(hass, entry, "select", OPT_POLICY) == "fifo"
-        result = await async_generate(entry, lane=Lane.VOICE, requester="user:abc")
-        assert result.finished.outcome == "ok"
+    assert entry.options[OPT_POLICY] == "fifo"
+    assert scheduler.settings.policy is Policy.FIFO
+    assert state_of(hass, entry, "select", OPT_POLICY) == "fifo"
+    result = await async_generate(entry, lane=Lane.VOICE, requester="user:abc")
+    assert result.finished.outcome == "ok"
 
-        with pytest.raises(Exception):  # noqa: B017, PT011 - HA's ServiceValidationError
-            await hass.services.async_call(
-                SELECT_DOMAIN,
-                SERVICE_SELECT_OPTION,
-                {ATTR_ENTITY_ID: entity_id, ATTR_OPTION: "random"},
-                blocking=True,
-            )
-        assert entry.options[OPT_POLICY] == "fifo"
-        assert await hass.config_entries.async_unload(entry.entry_id)
+    with pytest.raises(ServiceValidationError):
+        await _select(hass, entry, "random")
+    assert entry.options[OPT_POLICY] == "fifo"
+    assert await hass.config_entries.async_unload(entry.entry_id)

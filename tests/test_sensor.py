@@ -13,7 +13,6 @@ from homeassistant.const import (
     ATTR_DEVICE_CLASS,
     ATTR_FRIENDLY_NAME,
     ATTR_UNIT_OF_MEASUREMENT,
-    CONF_URL,
     PERCENTAGE,
     STATE_UNAVAILABLE,
     STATE_UNKNOWN,
@@ -28,27 +27,19 @@ from pytest_homeassistant_custom_component.common import (
     mock_restore_cache_with_extra_data,
 )
 
-from custom_components.llm_lanes.const import (
-    CONF_KIND,
-    CONF_MODEL,
-    DOMAIN,
-    OPT_HEADROOM,
-    OPT_MAX_SEQUENCES,
-)
+from custom_components.llm_lanes.const import DOMAIN, OPT_HEADROOM, OPT_MAX_SEQUENCES
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.sensor import ACTIVITY_SENSORS
 
-from .test_activity_helpers import (  # noqa: F401 - the fixture is used by name
-    MODEL,
+from .support.entities import (
     async_flush_snapshots,
-    async_generate,
-    async_wait_for,
-    chat,
+    async_set_options,
     entity_id_for,
-    entity_registry_enabled_by_default,
     state_of,
 )
+from .support.entries import MODEL, async_set_up, server_entry
+from .support.requests import async_generate, async_wait_for, chat
 
 
 def _value(hass: HomeAssistant, entry: MockConfigEntry, key: str) -> float:
@@ -204,11 +195,7 @@ async def test_preemptions_sensor(
     """Voice takes the only slot from a background stream: the preemption is counted."""
     entry = init_integration
     scheduler = entry.runtime_data.scheduler
-    hass.config_entries.async_update_entry(
-        entry,
-        options={**entry.options, OPT_MAX_SEQUENCES: 1, OPT_HEADROOM: 0},
-    )
-    await hass.async_block_till_done()
+    await async_set_options(hass, entry, **{OPT_MAX_SEQUENCES: 1, OPT_HEADROOM: 0})
     assert scheduler.settings.max_sequences == 1
 
     background = hass.async_create_task(
@@ -376,14 +363,9 @@ async def test_no_kv_cache_sensor_when_server_does_not_report_it(
     """Ollama reports no KV-cache use: no such sensor."""
     hass = ha_core
     async with SimulatedServer(SimConfig(kind="ollama", speed=50)) as sim:
-        entry = MockConfigEntry(
-            domain=DOMAIN,
-            title="Ollama (sim)",
-            data={CONF_URL: sim.url, CONF_KIND: "ollama", CONF_MODEL: MODEL},
+        entry = await async_set_up(
+            hass, server_entry(sim.url, "ollama", title="Ollama (sim)")
         )
-        entry.add_to_hass(hass)
-        assert await hass.config_entries.async_setup(entry.entry_id)
-        await hass.async_block_till_done()
         assert (
             er.async_get(hass).async_get_entity_id(
                 "sensor", DOMAIN, f"{entry.entry_id}_kv_cache_usage"

@@ -1,27 +1,60 @@
-"""The ``llm_lanes.generate`` action: answers, validation and errors."""
+"""The actions, end to end on a loaded entry against the simulated server.
+
+``generate`` and ``run_benchmark``: answers, validation and errors; ``summarize``, ``list_jobs``
+and ``cancel_job``: jobs queued, trimmed, run, listed and cancelled.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from freezegun.api import FrozenDateTimeFactory
-from homeassistant.const import ATTR_CONFIG_ENTRY_ID
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 import probatio
 import pytest
-from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.common import (
+    MockConfigEntry,
+    async_capture_events,
+)
 
-from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
+from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.model import JobStatus
+
+from .support.entities import async_call_entity_action, async_set_options
+from .support.entries import async_set_up, server_entry
+from .support.requests import async_call_action, finished_requests
+
+CONTEXT_LIMIT = 300
 
 
 async def _generate(
-    hass: HomeAssistant, context: Context | None = None, **data: object
-) -> dict:
-    response = await hass.services.async_call(
-        DOMAIN, "generate", data, blocking=True, return_response=True, context=context
+    hass: HomeAssistant, context: Context | None = None, **data: Any
+) -> dict[str, Any]:
+    return await async_call_action(hass, "generate", context, **data)
+
+
+@pytest.fixture
+async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
+    """Load the simulated server's entry, with a small background context limit (for jobs)."""
+    scheduler = init_integration.runtime_data.scheduler
+    scheduler.update_settings(
+        scheduler.settings.with_lane(Lane.BACKGROUND, max_prompt_tokens=CONTEXT_LIMIT)
     )
-    assert isinstance(response, dict)
-    return response
+    return init_integration
+
+
+@pytest.fixture
+def manager(entry: MockConfigEntry) -> JobManager:
+    """Return the loaded entry's job manager (window 01:00-06:00)."""
+    return entry.runtime_data.jobs
+
+
+# --- generate ---------------------------------------------------------------------------------
 
 
 async def test_generate_returns_text_tokens_and_timings(
@@ -47,19 +80,17 @@ async def test_generate_lane_and_requester(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """The caller picks the lane and the requester; a user call defaults to the user."""
+    entry_id = init_integration.entry_id
     response = await _generate(
         hass,
-        config_entry_id=init_integration.entry_id,
+        config_entry_id=entry_id,
         prompt="Hi",
         lane="background",
         requester="kitchen_tablet",
     )
     assert (response["lane"], response["requester"]) == ("background", "kitchen_tablet")
     response = await _generate(
-        hass,
-        Context(user_id="u9"),
-        config_entry_id=init_integration.entry_id,
-        prompt="Hi",
+        hass, Context(user_id="u9"), config_entry_id=entry_id, prompt="Hi"
     )
     assert response["requester"] == "user:u9"
 
@@ -68,21 +99,16 @@ async def test_generate_validation(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Bad input, an unknown server and a broken lane limit are validation errors."""
+    entry_id = init_integration.entry_id
     with pytest.raises(probatio.Invalid):
-        await _generate(hass, config_entry_id=init_integration.entry_id, prompt="")
+        await _generate(hass, config_entry_id=entry_id, prompt="")
     with pytest.raises(probatio.Invalid):
-        await _generate(
-            hass, config_entry_id=init_integration.entry_id, prompt="x", lane="urgent"
-        )
-    with pytest.raises(ServiceValidationError):
-        await _generate(hass, config_entry_id="nope", prompt="x")
+        await _generate(hass, config_entry_id=entry_id, prompt="x", lane="urgent")
     with pytest.raises(ServiceValidationError) as err:
-        await _generate(
-            hass,
-            config_entry_id=init_integration.entry_id,
-            prompt="x",
-            max_tokens=100000,
-        )
+        await _generate(hass, config_entry_id="nope", prompt="x")
+    assert err.value.translation_key == "entry_not_loaded"
+    with pytest.raises(ServiceValidationError) as err:
+        await _generate(hass, config_entry_id=entry_id, prompt="x", max_tokens=100000)
     assert err.value.translation_key == "limit_exceeded"
 
 
@@ -90,49 +116,40 @@ async def test_generate_quota_and_closed(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Quota past with reject, and a closed scheduler, are translated errors."""
-    hass.config_entries.async_update_entry(
-        init_integration, options={"quota_tokens_per_day": 1, "quota_action": "reject"}
+    entry_id = init_integration.entry_id
+    await async_set_options(
+        hass, init_integration, quota_tokens_per_day=1, quota_action="reject"
     )
-    await hass.async_block_till_done()
-    await _generate(
-        hass, config_entry_id=init_integration.entry_id, prompt="Hi", requester="r"
-    )
+    await _generate(hass, config_entry_id=entry_id, prompt="Hi", requester="r")
     with pytest.raises(HomeAssistantError) as err:
-        await _generate(
-            hass, config_entry_id=init_integration.entry_id, prompt="Hi", requester="r"
-        )
+        await _generate(hass, config_entry_id=entry_id, prompt="Hi", requester="r")
     assert err.value.translation_key == "quota_exceeded"
 
     await init_integration.runtime_data.scheduler.close()
     with pytest.raises(HomeAssistantError) as err:
-        await _generate(
-            hass, **{ATTR_CONFIG_ENTRY_ID: init_integration.entry_id, "prompt": "Hi"}
-        )
+        await _generate(hass, config_entry_id=entry_id, prompt="Hi")
     assert err.value.translation_key == "scheduler_closed"
     assert Lane.AUTOMATION.key == "automation"
+
+
+# --- run_benchmark ------------------------------------------------------------------------------
 
 
 async def test_run_benchmark_recommends_and_applies(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """A short calibration on the simulated server returns a table and applies the pick."""
-    response = await hass.services.async_call(
-        DOMAIN,
+    response = await async_call_action(
+        hass,
         "run_benchmark",
-        {
-            "config_entry_id": init_integration.entry_id,
-            "scenario": "voice_vs_background",
-            "duration_s": 1,
-            "apply": True,
-            "force": True,
-        },
-        blocking=True,
-        return_response=True,
+        config_entry_id=init_integration.entry_id,
+        scenario="voice_vs_background",
+        duration_s=1,
+        apply=True,
+        force=True,
     )
-    assert isinstance(response, dict)
-    assert (
-        len(response["rows"]) == 4
-    )  # max sequences 1, 2 (the server's slots) x 2 budgets
+    # max sequences 1, 2 (the server's slots) x 2 budgets
+    assert len(response["rows"]) == 4
     assert response["recommended"]
     assert response["applied"]
     await hass.async_block_till_done()
@@ -153,13 +170,194 @@ async def test_run_benchmark_waits_for_the_quiet_hours(
     freezer.move_to("2026-11-29 14:00:00+00:00")
     options = dict(init_integration.options)
     with pytest.raises(ServiceValidationError) as err:
-        await hass.services.async_call(
-            DOMAIN,
+        await async_call_action(
+            hass,
             "run_benchmark",
-            {"config_entry_id": init_integration.entry_id, "apply": True},
-            blocking=True,
-            return_response=True,
+            config_entry_id=init_integration.entry_id,
+            apply=True,
         )
     assert err.value.translation_key == "outside_quiet_hours"
     assert err.value.translation_placeholders == {"start": "01:00", "end": "06:00"}
     assert dict(init_integration.options) == options
+
+
+# --- summarize, list_jobs, cancel_job -------------------------------------------------------------
+
+
+async def test_summarize_now_and_wait(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """``run_now`` + ``wait`` returns the server's text; the event carries text and tokens."""
+    events = async_capture_events(hass, EVENT_SUMMARY_READY)
+    finished = finished_requests(entry)
+
+    response = await async_call_action(
+        hass,
+        "summarize",
+        text="The boiler ran for three hours.",
+        name="boiler",
+        run_now=True,
+        wait=True,
+        max_output_tokens=12,
+    )
+    assert response["status"] == "done"
+    assert response["text"]
+    assert response["output_tokens"] > 0
+    assert response["prompt_note"] is None
+    await hass.async_block_till_done()
+    [event] = events
+    assert event.data["job_id"] == response["job_id"]
+    assert event.data["text"] == response["text"]
+    [request] = finished
+    assert request.lane is Lane.BACKGROUND
+    assert request.requester == "job:boiler"
+    assert request.token_source == "server"
+    assert event.data["prompt_tokens"] == request.prompt_tokens
+
+
+async def test_text_over_the_context_limit_is_trimmed_with_a_note(
+    hass: HomeAssistant, entry: MockConfigEntry, manager: JobManager
+) -> None:
+    """A text far over the lane's context limit is cut, and the job and event say so."""
+    events = async_capture_events(hass, EVENT_SUMMARY_READY)
+    finished = finished_requests(entry)
+    long_text = "The garage door opened and closed again. " * 400
+
+    response = await async_call_action(
+        hass, "summarize", text=long_text, run_now=True, wait=True
+    )
+    assert response["status"] == "done"
+    note = response["prompt_note"]
+    assert note is not None and f"context limit of {CONTEXT_LIMIT} tokens" in note
+    job = manager.get(response["job_id"])
+    assert job.prompt.endswith(f"({note})")
+    assert job.prompt_tokens_estimate <= CONTEXT_LIMIT
+    [request] = finished
+    assert request.outcome == "ok"
+    await hass.async_block_till_done()
+    assert events[0].data["prompt_note"] == note
+
+
+async def test_queued_outside_the_window_then_listed_and_cancelled(
+    hass: HomeAssistant, manager: JobManager, freezer: FrozenDateTimeFactory
+) -> None:
+    """A job outside the window waits (and says why); list and cancel it; a second cancel fails."""
+    freezer.move_to("2026-11-29 22:00:00+00:00")
+    await hass.config.async_set_time_zone("UTC")
+    response = await async_call_action(
+        hass, "summarize", text="Lights were left on.", name="lights"
+    )
+    assert response["status"] == "queued"
+    assert response["wait_reason"] == "outside_window"
+
+    listed = await async_call_action(hass, "list_jobs", status="queued")
+    [job] = listed["jobs"]
+    assert job["job_id"] == response["job_id"]
+    assert job["name"] == "lights"
+    assert job["config_entry_id"] == manager.entry_id
+    assert "prompt" not in job
+
+    cancelled = await async_call_action(hass, "cancel_job", job_id=job["job_id"])
+    assert cancelled == {"job_id": job["job_id"], "status": "cancelled"}
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "cancel_job", job_id=job["job_id"])
+    assert err.value.translation_key == "job_already_finished"
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"name": "nothing"}, "text_or_entities"),
+        ({"text": "x", "notify_target": "notify.nobody"}, "notify_target_not_found"),
+        ({"text": "x", "max_output_tokens": 99999}, "max_output_tokens_too_high"),
+        ({"text": "x", "config_entry_id": "other"}, "entry_not_loaded"),
+    ],
+)
+async def test_summarize_refuses_bad_calls(
+    hass: HomeAssistant, manager: JobManager, data: dict[str, Any], key: str
+) -> None:
+    """Bad calls fail with a translated validation error and queue nothing."""
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "summarize", **data)
+    assert err.value.translation_key == key
+    assert manager.jobs() == []
+
+
+@pytest.mark.usefixtures("manager")
+async def test_unknown_job(hass: HomeAssistant) -> None:
+    """Cancelling an unknown job says so."""
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "cancel_job", job_id="nope")
+    assert err.value.translation_key == "job_not_found"
+
+
+async def test_job_backs_off_while_a_real_voice_stream_is_open(
+    hass: HomeAssistant, entry: MockConfigEntry, sim: SimulatedServer
+) -> None:
+    """A run-now job waits while a voice answer streams, and starts once it is done."""
+    scheduler = entry.runtime_data.scheduler
+    voice = scheduler.stream(
+        ChatRequest(
+            model=sim.config.model,
+            messages=(ChatMessage(role="user", content="Turn on the lights"),),
+            max_tokens=64,
+        ),
+        lane=Lane.VOICE,
+        requester="satellite.kitchen",
+    )
+    first = await anext(voice)
+    assert first.text
+    assert scheduler.snapshot().lanes[Lane.VOICE].in_flight == 1
+
+    response = await async_call_action(
+        hass, "summarize", text="The oven is on.", run_now=True
+    )
+    assert response["status"] == "queued"
+    assert response["wait_reason"] == "house_busy"
+
+    async for _ in voice:
+        pass
+    job = await entry.runtime_data.jobs.async_wait(response["job_id"], 60)
+    assert job.status is JobStatus.DONE
+    assert job.text
+
+
+async def test_actions_need_one_loaded_server(
+    hass: HomeAssistant, init_integration: MockConfigEntry, sim_config: SimConfig
+) -> None:
+    """Without ``config_entry_id`` the only loaded server is used; with two, say which one.
+
+    ``list_jobs`` and ``cancel_job`` look at every loaded server instead. Jobs are paused, so the
+    job stays queued whatever the time of day.
+    """
+    await async_call_entity_action(
+        hass, init_integration, "switch", "jobs_paused", "turn_on"
+    )
+    queued = await async_call_action(
+        hass, "summarize", text="The lights are on.", name="only"
+    )
+    async with SimulatedServer(sim_config) as second_server:
+        second = await async_set_up(
+            hass, server_entry(second_server.url, sim_config.kind, title="Second")
+        )
+        with pytest.raises(ServiceValidationError) as err:
+            await async_call_action(hass, "summarize", text="Which server?")
+        assert err.value.translation_key == "several_servers"
+        listed = await async_call_action(hass, "list_jobs")
+        assert [job["job_id"] for job in listed["jobs"]] == [queued["job_id"]]
+        cancelled = await async_call_action(hass, "cancel_job", job_id=queued["job_id"])
+        assert cancelled["status"] == "cancelled"
+        assert await hass.config_entries.async_unload(second.entry_id)
+
+    assert await hass.config_entries.async_unload(init_integration.entry_id)
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "summarize", text="Anyone?")
+    assert err.value.translation_key == "no_server_loaded"
+
+
+@pytest.mark.usefixtures("manager")
+async def test_summarize_entities_needs_the_recorder(hass: HomeAssistant) -> None:
+    """Summarizing the history of entities needs the recorder; nothing is queued without it."""
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(hass, "summarize", entity_ids=["sensor.door"])
+    assert err.value.translation_key == "recorder_not_loaded"

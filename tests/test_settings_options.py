@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from custom_components.llm_lanes.const import (
@@ -14,6 +16,7 @@ from custom_components.llm_lanes.const import (
     OPT_PREFILL_GUARD,
     OPT_QUOTA_ACTION,
     OPT_REQUESTER_QUOTAS,
+    SETTING_OPTIONS,
 )
 from custom_components.llm_lanes.core.lanes import DEFAULT_LANE_LIMITS, Lane
 from custom_components.llm_lanes.core.settings import (
@@ -106,3 +109,12 @@ def test_background_with_voice_zero_means_no_cap() -> None:
     assert (
         settings_from_options({OPT_PREFILL_GUARD: 300}, 4).prefill_guard_tokens == 300
     )
+
+
+def test_setting_options_name_scheduler_settings() -> None:
+    """Each option converted by type alone is named after a scheduler setting (of that type)."""
+    base = SchedulerSettings()
+    names = {field.name for field in fields(SchedulerSettings)}
+    assert set(SETTING_OPTIONS) <= names
+    options = {key: getattr(base, key) for key in SETTING_OPTIONS}
+    assert settings_from_options(options, base.max_sequences) == base

@@ -4,59 +4,30 @@ from __future__ import annotations
 
 import asyncio
 
-from homeassistant.components.switch import DOMAIN as SWITCH_DOMAIN
-from homeassistant.const import (
-    ATTR_ENTITY_ID,
-    SERVICE_TURN_OFF,
-    SERVICE_TURN_ON,
-    STATE_OFF,
-    STATE_ON,
-)
+from homeassistant.const import SERVICE_TURN_OFF, SERVICE_TURN_ON, STATE_OFF, STATE_ON
 from homeassistant.core import HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import OPT_BACKGROUND_PAUSED
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 
-from .test_activity_helpers import (  # noqa: F401 - the fixture is used by name
-    async_flush_snapshots,
-    async_generate,
-    async_wait_for,
-    entity_id_for,
-    entity_registry_enabled_by_default,
-    state_of,
-)
-
-
-@pytest.fixture
-def sim_config() -> SimConfig:
-    """Run a fast simulated server with four slots."""
-    return SimConfig(slots=4, speed=50)
-
-
-@pytest.fixture
-async def entry(init_integration: MockConfigEntry) -> MockConfigEntry:
-    """Set up the simulated server's entry."""
-    return init_integration
-
-
-async def _switch(hass: HomeAssistant, entity_id: str, service: str) -> None:
-    await hass.services.async_call(
-        SWITCH_DOMAIN, service, {ATTR_ENTITY_ID: entity_id}, blocking=True
-    )
-    await hass.async_block_till_done()
+from .support.entities import async_call_entity_action, async_flush_snapshots, state_of
+from .support.requests import async_generate, async_wait_for
 
 
 @pytest.mark.usefixtures("entity_registry_enabled_by_default")
-async def test_background_paused(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_background_paused(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
     """Paused: a background request waits (its lane's queue shows it); resumed: it runs."""
+    entry = init_integration
     scheduler = entry.runtime_data.scheduler
-    switch = entity_id_for(hass, entry, "switch", OPT_BACKGROUND_PAUSED)
     assert state_of(hass, entry, "switch", OPT_BACKGROUND_PAUSED) == STATE_OFF
 
-    await _switch(hass, switch, SERVICE_TURN_ON)
+    await async_call_entity_action(
+        hass, entry, "switch", OPT_BACKGROUND_PAUSED, SERVICE_TURN_ON
+    )
     assert entry.options[OPT_BACKGROUND_PAUSED] is True
     assert scheduler.settings.background_paused is True
     assert state_of(hass, entry, "switch", OPT_BACKGROUND_PAUSED) == STATE_ON
@@ -69,7 +40,9 @@ async def test_background_paused(hass: HomeAssistant, entry: MockConfigEntry) ->
     assert state_of(hass, entry, "sensor", "background_queue_depth") == "1"
     assert not job.done()
 
-    await _switch(hass, switch, SERVICE_TURN_OFF)
+    await async_call_entity_action(
+        hass, entry, "switch", OPT_BACKGROUND_PAUSED, SERVICE_TURN_OFF
+    )
     assert entry.options[OPT_BACKGROUND_PAUSED] is False
     assert state_of(hass, entry, "switch", OPT_BACKGROUND_PAUSED) == STATE_OFF
     result = await job

@@ -11,20 +11,22 @@ from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.typing import ConfigType
 
-from .activity import ActivityCoordinator
 from .backend_setup import build_backend
 from .const import CONF_KIND, CONF_MODEL, DOMAIN
-from .coordinator import ServerCoordinator
+from .coordinator import (
+    ActivityCoordinator,
+    LLMLanesConfigEntry,
+    LLMLanesRuntimeData,
+    ServerCoordinator,
+)
 from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
 from .entity import server_device_info
-from .job_services import async_setup_job_services
-from .job_store import JobStore
-from .jobs import JobManager, JobSettings, with_options
-from .models import LLMLanesConfigEntry, LLMLanesRuntimeData
+from .jobs.manager import JobManager
+from .jobs.store import JobStore
 from .repairs import async_track_server_issues
 from .services import async_setup_services
-from .settings_options import settings_from_options
+from .settings_options import job_settings_from_options, settings_from_options
 
 PLATFORMS: list[Platform] = [
     Platform.AI_TASK,
@@ -42,7 +44,6 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Register the integration's actions (once, whatever the number of servers)."""
     async_setup_services(hass)
-    async_setup_job_services(hass)
     return True
 
 
@@ -70,7 +71,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         entry.entry_id,
         scheduler,
         model=entry.data[CONF_MODEL],
-        settings=JobSettings.from_options(entry.options),
+        settings=job_settings_from_options(entry.options),
     )
     entry.runtime_data = LLMLanesRuntimeData(
         backend=backend,
@@ -114,7 +115,9 @@ async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
     server = runtime.server
     slots = server.data.info.slots if server.data is not None else None
     runtime.scheduler.update_settings(settings_from_options(entry.options, slots))
-    runtime.jobs.update_settings(with_options(runtime.jobs.settings, entry.options))
+    runtime.jobs.update_settings(
+        job_settings_from_options(entry.options, runtime.jobs.settings)
+    )
 
 
 def subentry_signature(

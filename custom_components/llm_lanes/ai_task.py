@@ -7,15 +7,15 @@ from typing import Any
 
 from homeassistant.components import ai_task, conversation
 from homeassistant.core import HomeAssistant
-from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import llm
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 import probatio
 
-from .const import DOMAIN, SUBENTRY_AI_TASK
+from .const import SUBENTRY_AI_TASK
+from .coordinator import LLMLanesConfigEntry
 from .core.lanes import Lane
-from .llm_entity import LLMLanesSubentryEntity
-from .models import LLMLanesConfigEntry
+from .entity import LLMLanesSubentryEntity, async_add_subentry_entities
+from .errors import failure
 from .requesters import AI_TASK_REQUESTER, requester_for_context
 
 PARALLEL_UPDATES = 0
@@ -27,12 +27,9 @@ async def async_setup_entry(
     async_add_entities: AddConfigEntryEntitiesCallback,
 ) -> None:
     """Add one AI Task entity per AI Task subentry."""
-    for subentry in entry.subentries.values():
-        if subentry.subentry_type == SUBENTRY_AI_TASK:
-            async_add_entities(
-                [LLMLanesTaskEntity(entry, subentry)],
-                config_subentry_id=subentry.subentry_id,
-            )
+    async_add_subentry_entities(
+        entry, async_add_entities, SUBENTRY_AI_TASK, LLMLanesTaskEntity
+    )
 
 
 class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):
@@ -68,9 +65,7 @@ class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):
         last = chat_log.content[-1]
         text = last.content if isinstance(last, conversation.AssistantContent) else None
         if text is None:
-            raise HomeAssistantError(
-                translation_domain=DOMAIN, translation_key="empty_answer"
-            )
+            raise failure("empty_answer")
         if task.structure is None:
             return ai_task.GenDataTaskResult(
                 conversation_id=chat_log.conversation_id, data=text
@@ -78,9 +73,7 @@ class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            raise HomeAssistantError(
-                translation_domain=DOMAIN, translation_key="invalid_structured_answer"
-            ) from err
+            raise failure("invalid_structured_answer") from err
         return ai_task.GenDataTaskResult(
             conversation_id=chat_log.conversation_id, data=data
         )

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from homeassistant.components.binary_sensor import BinarySensorEntity
+from homeassistant.components.binary_sensor import (
+    BinarySensorEntity,
+    BinarySensorEntityDescription,
+)
 from homeassistant.components.binary_sensor.const import BinarySensorDeviceClass
 from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .entity import LLMLanesEntity
-
-if TYPE_CHECKING:
-    from .models import LLMLanesConfigEntry
+from .coordinator import LLMLanesConfigEntry
+from .entity import ServerEntity
 
 PARALLEL_UPDATES = 0
+
+SERVER_REACHABLE = BinarySensorEntityDescription(
+    key="server_reachable",
+    translation_key="server_reachable",
+    device_class=BinarySensorDeviceClass.CONNECTIVITY,
+    entity_category=EntityCategory.DIAGNOSTIC,
+)
 
 
 async def async_setup_entry(
@@ -24,20 +30,11 @@ async def async_setup_entry(
     async_add_entities: AddConfigEntryEntitiesCallback,
 ) -> None:
     """Set up the server-reachable sensor."""
-    async_add_entities([ServerReachableSensor(entry)])
+    async_add_entities([ServerReachableSensor(entry, SERVER_REACHABLE)])
 
 
-class ServerReachableSensor(LLMLanesEntity, BinarySensorEntity):
+class ServerReachableSensor(ServerEntity, BinarySensorEntity):
     """On while the server answered its last poll; itself always available."""
-
-    _attr_should_poll = False
-    _attr_translation_key = "server_reachable"
-    _attr_device_class = BinarySensorDeviceClass.CONNECTIVITY
-    _attr_entity_category = EntityCategory.DIAGNOSTIC
-
-    def __init__(self, entry: LLMLanesConfigEntry) -> None:
-        """Follow the entry's server coordinator."""
-        super().__init__(entry, "server_reachable")
 
     @property
     def available(self) -> bool:
@@ -47,4 +44,4 @@ class ServerReachableSensor(LLMLanesEntity, BinarySensorEntity):
     @property
     def is_on(self) -> bool:
         """Whether the last poll of the server succeeded."""
-        return self.entry.runtime_data.server.last_update_success
+        return self.coordinator.last_update_success

@@ -8,11 +8,10 @@ import json
 from typing import Any
 
 from homeassistant.components import conversation
-from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import llm
 import probatio
 
-from .const import CONF_MODEL, CONF_TEMPERATURE, DOMAIN
+from .const import CONF_MODEL, CONF_TEMPERATURE
 from .core.backends.base import (
     ChatMessage,
     ChatRequest,
@@ -20,21 +19,12 @@ from .core.backends.base import (
     ToolCall,
     ToolSpec,
 )
-from .core.errors import LanesError
 from .core.lanes import Lane
 from .core.scheduler import Scheduler
+from .errors import translated_errors
 
 MAX_TOOL_ITERATIONS = 10
 """Rounds of tool calls one turn may take before we stop asking the model."""
-
-
-def lanes_error_to_ha(err: LanesError) -> HomeAssistantError:
-    """Turn an engine error into a translated Home Assistant error."""
-    return HomeAssistantError(
-        translation_domain=DOMAIN,
-        translation_key=err.translation_key,
-        translation_placeholders=err.placeholders,
-    )
 
 
 def tool_spec(tool: llm.Tool, llm_api: llm.APIInstance) -> ToolSpec:
@@ -119,8 +109,8 @@ async def async_run_chat_log(
             temperature=float(temperature) if temperature is not None else None,
             json_schema=json_schema,
         )
-        try:
-            # Closing the stream when the chat log stops early frees the slot at once.
+        # Closing the stream when the chat log stops early frees the slot at once.
+        with translated_errors():
             async with contextlib.aclosing(
                 scheduler.stream(request, lane=lane, requester=requester)
             ) as stream:
@@ -128,7 +118,5 @@ async def async_run_chat_log(
                     agent_id, _deltas(stream)
                 ):
                     pass
-        except LanesError as err:
-            raise lanes_error_to_ha(err) from err
         if not chat_log.unresponded_tool_results:
             break

@@ -35,6 +35,29 @@ OPT_QUOTA_ACTION: Final = "quota_action"
 OPT_NIGHTLY_START: Final = "nightly_start"
 """Start of the window in which background jobs run (``HH:MM:SS``)."""
 OPT_NIGHTLY_END: Final = "nightly_end"
+OPT_JOBS_MAX_IN_FLIGHT: Final = "jobs_max_in_flight"
+OPT_JOBS_TOKENS_PER_MINUTE: Final = "jobs_tokens_per_minute"
+"""0 means no rate limit."""
+OPT_JOBS_NIGHTLY_BUDGET: Final = "jobs_nightly_token_budget"
+"""0 means no budget."""
+OPT_JOBS_RETENTION_DAYS: Final = "jobs_retention_days"
+SETTING_OPTIONS: Final = (
+    OPT_POLICY,
+    OPT_PREFILL_BUDGET,
+    OPT_HEADROOM,
+    OPT_AGING_S,
+    OPT_BACKGROUND_SHARE,
+    OPT_PREEMPTION,
+    OPT_PREFILL_GUARD,
+    OPT_BACKGROUND_PAUSED,
+    OPT_QUOTA_TOKENS_PER_DAY,
+    OPT_QUOTA_ACTION,
+)
+"""Options named after the scheduler setting they hold, stored as a value of that setting's type.
+
+The other scheduler options need more than a conversion: max sequences defaults to the server's
+slots, background-with-voice stores "no cap" as 0, requester quotas are text.
+"""
 LANE_OPTION_LIMITS: Final = (
     "ttft_slo_s",
     "itl_slo_s",
@@ -62,3 +85,4 @@ UNREACHABLE_REPAIR_AFTER: Final = timedelta(minutes=5)
 SETUP_TIMEOUT_S: Final = 10.0
 
 EVENT_REQUEST_FINISHED: Final = "llm_lanes_request_finished"
+EVENT_SUMMARY_READY: Final = "llm_lanes_summary_ready"

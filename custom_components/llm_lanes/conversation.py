@@ -14,9 +14,9 @@ from homeassistant.helpers import intent
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import CONF_LLM_HASS_API, CONF_PROMPT, DOMAIN, SUBENTRY_CONVERSATION
+from .coordinator import LLMLanesConfigEntry
 from .core.lanes import Lane
-from .llm_entity import LLMLanesSubentryEntity
-from .models import LLMLanesConfigEntry
+from .entity import LLMLanesSubentryEntity, async_add_subentry_entities
 from .requesters import device_requester, user_requester
 
 PARALLEL_UPDATES = 0
@@ -28,12 +28,9 @@ async def async_setup_entry(
     async_add_entities: AddConfigEntryEntitiesCallback,
 ) -> None:
     """Add one agent per conversation subentry."""
-    for subentry in entry.subentries.values():
-        if subentry.subentry_type == SUBENTRY_CONVERSATION:
-            async_add_entities(
-                [LLMLanesConversationEntity(entry, subentry)],
-                config_subentry_id=subentry.subentry_id,
-            )
+    async_add_subentry_entities(
+        entry, async_add_entities, SUBENTRY_CONVERSATION, LLMLanesConversationEntity
+    )
 
 
 def lane_for_input(user_input: conversation.ConversationInput) -> Lane:

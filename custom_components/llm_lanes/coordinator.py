@@ -1,23 +1,62 @@
-"""Polls one LLM server's health, identity and live load, and keeps its model loaded."""
+"""The two coordinators of an LLM server entry, and what a loaded entry holds at run time.
+
+``ServerCoordinator`` polls the server's health, identity and live load, and keeps its model
+loaded. ``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished
+event: the scheduler tells it when a request leaves, never about individual tokens, and its
+refreshes go through one debouncer, so a server's entities are updated at most once a second
+however busy it is. A timer also refreshes every few seconds while requests are queued or in
+flight (so queue depth and in-flight sensors move during long generations), and more slowly when
+idle (so windowed rates decay to zero and newly started requests show up).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final
+from typing import Any, Final
 
-from homeassistant.core import HomeAssistant
+from homeassistant.config_entries import ConfigEntry
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import ConfigEntryAuthFailed
+from homeassistant.helpers.debounce import Debouncer
+from homeassistant.helpers.event import async_call_later
 from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, UpdateFailed
 from homeassistant.util import dt as dt_util
 
-from .const import CONF_MODEL, DOMAIN, LOGGER, SERVER_POLL_INTERVAL
+from .const import (
+    CONF_MODEL,
+    DOMAIN,
+    EVENT_REQUEST_FINISHED,
+    LOGGER,
+    SERVER_POLL_INTERVAL,
+)
 from .core.backends.base import Backend, ServerInfo, ServerKind, ServerMetrics
 from .core.errors import AuthError, BackendError
+from .core.scheduler import Scheduler
+from .core.snapshot import FinishedRequest, SchedulerSnapshot
+from .jobs.manager import JobManager
 
-if TYPE_CHECKING:
-    from .models import LLMLanesConfigEntry
+
+@dataclass(slots=True)
+class LLMLanesRuntimeData:
+    """Everything one LLM server entry owns while it is loaded."""
+
+    backend: Backend
+    scheduler: Scheduler
+    server: ServerCoordinator
+    """Polls the server's health, info and metrics."""
+    activity: ActivityCoordinator
+    """Scheduler snapshots pushed by the scheduler, at most once a second."""
+    jobs: JobManager
+    """Queues, throttles and runs the entry's nightly summarization jobs."""
+    device_id: str = ""
+    """Device registry id of the server's device (the agents' devices hang off it)."""
+    subentries: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
+    """Subentries the entities were built from (id -> type, title, data); a change reloads."""
+
+
+type LLMLanesConfigEntry = ConfigEntry[LLMLanesRuntimeData]
 
 RESIDENCY_KINDS: Final = frozenset({ServerKind.OLLAMA, ServerKind.LM_STUDIO})
 """Servers that load models on demand, unload them, and say which ones are resident.
@@ -28,6 +67,12 @@ never change what they report: warming them up would only be retried forever.
 
 WARM_UP_RETRY_INTERVAL: Final = timedelta(minutes=10)
 """After a warm-up that did not load the model, the next one waits this long."""
+REFRESH_COOLDOWN_S = 1.0
+"""The shortest time between two snapshots of one server."""
+BUSY_REFRESH_INTERVAL = timedelta(seconds=2)
+"""How often to take a snapshot while something is queued or in flight."""
+IDLE_REFRESH_INTERVAL = timedelta(seconds=10)
+"""How often to take a snapshot while the scheduler is idle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,3 +232,103 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
             reason,
             WARM_UP_RETRY_INTERVAL,
         )
+
+
+def request_finished_event_data(
+    entry_id: str, finished: FinishedRequest
+) -> dict[str, Any]:
+    """Build the data of ``llm_lanes_request_finished`` (never any prompt or answer text)."""
+    return {
+        "config_entry_id": entry_id,
+        "request_id": finished.request_id,
+        "lane": finished.lane.key,
+        "requester": finished.requester,
+        "outcome": finished.outcome,
+        "error": finished.error,
+        "queue_wait_s": finished.queue_wait_s,
+        "ttft_s": finished.ttft_s,
+        "itl_p95_s": finished.itl_p95_s,
+        "e2e_s": finished.e2e_s,
+        "prompt_tokens": finished.prompt_tokens,
+        "output_tokens": finished.output_tokens,
+        "token_source": finished.token_source,
+        "preemptions": finished.preemptions,
+        "met_ttft": finished.met_ttft,
+        "met_itl": finished.met_itl,
+        "met_objectives": finished.met_objectives,
+    }
+
+
+class ActivityCoordinator(DataUpdateCoordinator[SchedulerSnapshot]):
+    """Holds the latest scheduler snapshot of one server, refreshed at most once a second."""
+
+    config_entry: LLMLanesConfigEntry
+
+    def __init__(
+        self, hass: HomeAssistant, entry: LLMLanesConfigEntry, scheduler: Scheduler
+    ) -> None:
+        """Follow ``scheduler``; nothing happens until ``async_setup``."""
+        super().__init__(
+            hass,
+            LOGGER,
+            config_entry=entry,
+            name=f"{DOMAIN} activity {entry.title}",
+            update_interval=None,
+            request_refresh_debouncer=Debouncer(
+                hass, LOGGER, cooldown=REFRESH_COOLDOWN_S, immediate=True
+            ),
+        )
+        self.scheduler = scheduler
+        self._unsub_timer: CALLBACK_TYPE | None = None
+
+    async def async_setup(self) -> None:
+        """Take the first snapshot and start listening to finished requests."""
+        self.config_entry.async_on_unload(
+            self.scheduler.add_listener(self._async_request_finished)
+        )
+        await self.async_config_entry_first_refresh()
+
+    async def _async_update_data(self) -> SchedulerSnapshot:
+        """Take a snapshot (cheap, in memory) and plan the next timed one."""
+        snapshot = self.scheduler.snapshot()
+        self._schedule_timer(
+            BUSY_REFRESH_INTERVAL
+            if snapshot.queue_depth or snapshot.in_flight
+            else IDLE_REFRESH_INTERVAL
+        )
+        return snapshot
+
+    async def async_shutdown(self) -> None:
+        """Stop the timer with the coordinator."""
+        self._cancel_timer()
+        await super().async_shutdown()
+
+    @callback
+    def async_schedule_refresh(self) -> None:
+        """Ask for a snapshot soon, respecting the one-second cooldown."""
+        self._debounced_refresh.async_schedule_call()
+
+    @callback
+    def _async_request_finished(self, finished: FinishedRequest) -> None:
+        """Fire the event for one finished request and ask for a fresh snapshot."""
+        self.hass.bus.async_fire(
+            EVENT_REQUEST_FINISHED,
+            request_finished_event_data(self.config_entry.entry_id, finished),
+        )
+        self.async_schedule_refresh()
+
+    @callback
+    def _schedule_timer(self, delay: timedelta) -> None:
+        self._cancel_timer()
+        self._unsub_timer = async_call_later(self.hass, delay, self._async_timer_fired)
+
+    @callback
+    def _async_timer_fired(self, _now: Any) -> None:
+        self._unsub_timer = None
+        self.async_schedule_refresh()
+
+    @callback
+    def _cancel_timer(self) -> None:
+        if self._unsub_timer is not None:
+            self._unsub_timer()
+            self._unsub_timer = None

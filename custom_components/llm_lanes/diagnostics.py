@@ -11,7 +11,7 @@ from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 
 from .const import CONF_PROMPT
-from .models import LLMLanesConfigEntry
+from .coordinator import LLMLanesConfigEntry
 
 TO_REDACT = {CONF_API_KEY, CONF_PROMPT}
 

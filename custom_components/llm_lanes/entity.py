@@ -1,20 +1,36 @@
-"""Base class of every LLM Lanes entity: one device per LLM server."""
+"""Entity bases of LLM Lanes: one device per LLM server, availability from its coordinator.
+
+Every entity is a ``CoordinatorEntity`` of one of the entry's two coordinators: the server
+coordinator (what the server reports, and whether it answers) or the activity coordinator (the
+scheduler's snapshots). Whichever it reads, an entity is unavailable while the server's last poll
+failed. Controls also follow the entry's options, job entities the entry's job manager, and the
+entities of subentries (agents, AI Task) get a device of their own, linked to the server's.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from homeassistant.components import conversation
+from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_URL, EntityCategory
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers.device_registry import DeviceInfo
-from homeassistant.helpers.entity import Entity
+from homeassistant.helpers.device_registry import DeviceEntryType, DeviceInfo
+from homeassistant.helpers.entity import Entity, EntityDescription
+from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
+from homeassistant.helpers.update_coordinator import (
+    CoordinatorEntity,
+    DataUpdateCoordinator,
+)
 
+from .chat import async_run_chat_log
 from .const import CONF_KIND, CONF_MODEL, DOMAIN
+from .coordinator import ActivityCoordinator, LLMLanesConfigEntry, ServerCoordinator
 from .core.backends.base import ServerKind
-
-if TYPE_CHECKING:
-    from .core.settings import SchedulerSettings
-    from .models import LLMLanesConfigEntry
+from .core.lanes import Lane
+from .core.settings import SchedulerSettings
+from .jobs.manager import JobManager
 
 SERVER_KIND_NAMES: dict[ServerKind, str] = {
     ServerKind.OLLAMA: "Ollama",
@@ -41,43 +57,74 @@ def server_device_info(entry: LLMLanesConfigEntry) -> DeviceInfo:
     )
 
 
-class LLMLanesEntity(Entity):
-    """An entity of one LLM server's device.
+class LLMLanesEntity[CoordinatorT: DataUpdateCoordinator[Any]](
+    CoordinatorEntity[CoordinatorT]
+):
+    """An entity of one LLM server's device, fed by one of the entry's coordinators.
 
-    It is unavailable while the server coordinator's last poll failed, and it writes its state
-    when that changes. Subclasses that also derive from ``CoordinatorEntity`` should list
-    ``LLMLanesEntity`` first so that both availability conditions apply.
+    Unavailable when its coordinator's last update failed or the server's last poll did; it
+    writes its state when either coordinator updates.
     """
 
     _attr_has_entity_name = True
 
-    def __init__(self, entry: LLMLanesConfigEntry, key: str) -> None:
-        """Attach the entity to the server's device; ``key`` makes its unique id."""
+    def __init__(
+        self,
+        entry: LLMLanesConfigEntry,
+        coordinator: CoordinatorT,
+        description: EntityDescription,
+    ) -> None:
+        """Attach the entity to the server's device; the description's key makes its unique id."""
+        super().__init__(coordinator)
         self.entry = entry
-        self._attr_unique_id = f"{entry.entry_id}_{key}"
+        self.entity_description = description
+        self._attr_unique_id = f"{entry.entry_id}_{description.key}"
         self._attr_device_info = server_device_info(entry)
 
     @property
     def available(self) -> bool:
-        """Whether the server answered its last poll (and any other condition holds)."""
+        """Whether the coordinator's last update and the server's last poll succeeded."""
         return super().available and self.entry.runtime_data.server.last_update_success
 
     async def async_added_to_hass(self) -> None:
-        """Follow the server coordinator so availability changes are written."""
+        """Also follow the server coordinator, when the entity reads the other one."""
         await super().async_added_to_hass()
-        self.async_on_remove(
-            self.entry.runtime_data.server.async_add_listener(self.async_write_ha_state)
-        )
+        server = self.entry.runtime_data.server
+        if self.coordinator is not server:
+            self.async_on_remove(
+                server.async_add_listener(self._handle_coordinator_update)
+            )
 
 
-class SchedulerSettingEntity(LLMLanesEntity):
+class ServerEntity(LLMLanesEntity[ServerCoordinator]):
+    """An entity written on every poll of the server."""
+
+    def __init__(
+        self, entry: LLMLanesConfigEntry, description: EntityDescription
+    ) -> None:
+        """Follow the entry's server coordinator."""
+        super().__init__(entry, entry.runtime_data.server, description)
+
+
+class ActivityEntity(LLMLanesEntity[ActivityCoordinator]):
+    """An entity whose state comes from the scheduler snapshots of its server."""
+
+    def __init__(
+        self, entry: LLMLanesConfigEntry, description: EntityDescription
+    ) -> None:
+        """Follow the entry's activity coordinator."""
+        super().__init__(entry, entry.runtime_data.activity, description)
+
+
+class SchedulerSettingEntity(ServerEntity):
     """A control that shows one scheduler setting and stores changes in the entry options.
+
+    Its description's key is the option it is stored under.
 
     The options update listener applies stored options to the scheduler live; this entity writes
     its state on every options change, its own and the options flow's.
     """
 
-    _attr_should_poll = False
     _attr_entity_category = EntityCategory.CONFIG
 
     @property
@@ -95,8 +142,84 @@ class SchedulerSettingEntity(LLMLanesEntity):
     ) -> None:
         self.async_write_ha_state()
 
-    def _store_option(self, option: str, value: Any) -> None:
-        """Store one option; the options listener applies it to the scheduler."""
+    def _store_option(self, value: Any) -> None:
+        """Store the setting under its option (the description's key); the listener applies it."""
         self.hass.config_entries.async_update_entry(
-            self.entry, options={**self.entry.options, option: value}
+            self.entry,
+            options={**self.entry.options, self.entity_description.key: value},
         )
+
+
+class JobEntity(ServerEntity):
+    """An entity that reads the entry's job manager and is written when jobs change."""
+
+    @property
+    def manager(self) -> JobManager:
+        """The entry's job manager."""
+        return self.entry.runtime_data.jobs
+
+    async def async_added_to_hass(self) -> None:
+        """Follow the job manager."""
+        await super().async_added_to_hass()
+        self.async_on_remove(self.manager.add_listener(self.async_write_ha_state))
+
+
+class LLMLanesSubentryEntity(ServerEntity):
+    """An entity of one subentry (its own device, via the server's), sending through its scheduler."""
+
+    _attr_name = None
+
+    def __init__(self, entry: LLMLanesConfigEntry, subentry: ConfigSubentry) -> None:
+        """Name the entity after its subentry."""
+        super().__init__(entry, EntityDescription(key=subentry.subentry_id))
+        self.subentry = subentry
+        # A device belongs to one subentry, so each agent gets its own device, linked to the
+        # server's device (``via_device_id``).
+        server = server_device_info(entry)
+        self._attr_device_info = DeviceInfo(
+            identifiers={(DOMAIN, subentry.subentry_id)},
+            name=subentry.title,
+            manufacturer=server.get("manufacturer"),
+            model=subentry.data.get(CONF_MODEL, entry.data[CONF_MODEL]),
+            entry_type=DeviceEntryType.SERVICE,
+            via_device_id=entry.runtime_data.device_id,
+        )
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The subentry's settings, over the entry's (model)."""
+        return {**self.entry.data, **self.subentry.data}
+
+    async def _async_answer(
+        self,
+        chat_log: conversation.ChatLog,
+        *,
+        lane: Lane,
+        requester: str,
+        json_schema: dict[str, Any] | None = None,
+    ) -> None:
+        """Answer the chat log through the server's scheduler."""
+        await async_run_chat_log(
+            self.entry.runtime_data.scheduler,
+            chat_log,
+            agent_id=self.entity_id,
+            settings=self.settings,
+            lane=lane,
+            requester=requester,
+            json_schema=json_schema,
+        )
+
+
+def async_add_subentry_entities(
+    entry: LLMLanesConfigEntry,
+    async_add_entities: AddConfigEntryEntitiesCallback,
+    subentry_type: str,
+    entity_factory: Callable[[LLMLanesConfigEntry, ConfigSubentry], Entity],
+) -> None:
+    """Add one entity per subentry of ``subentry_type``, each under its subentry."""
+    for subentry in entry.subentries.values():
+        if subentry.subentry_type == subentry_type:
+            async_add_entities(
+                [entity_factory(entry, subentry)],
+                config_subentry_id=subentry.subentry_id,
+            )

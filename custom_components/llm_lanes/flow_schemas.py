@@ -41,6 +41,10 @@ from .const import (
     OPT_BACKGROUND_SHARE,
     OPT_BACKGROUND_WITH_VOICE,
     OPT_HEADROOM,
+    OPT_JOBS_MAX_IN_FLIGHT,
+    OPT_JOBS_NIGHTLY_BUDGET,
+    OPT_JOBS_RETENTION_DAYS,
+    OPT_JOBS_TOKENS_PER_MINUTE,
     OPT_MAX_SEQUENCES,
     OPT_NIGHTLY_END,
     OPT_NIGHTLY_START,
@@ -55,14 +59,11 @@ from .const import (
 )
 from .core.lanes import Lane
 from .core.settings import Policy, QuotaAction
-from .jobs import (
-    OPT_JOBS_MAX_IN_FLIGHT,
-    OPT_JOBS_NIGHTLY_BUDGET,
-    OPT_JOBS_RETENTION_DAYS,
-    OPT_JOBS_TOKENS_PER_MINUTE,
-    JobSettings,
+from .settings_options import (
+    job_settings_from_options,
+    parse_requester_quotas,
+    settings_from_options,
 )
-from .settings_options import parse_requester_quotas, settings_from_options
 
 
 def _number(
@@ -101,7 +102,7 @@ def options_schema(
 ) -> probatio.Schema:
     """Build the options form, filled with the current values (or what the user just sent)."""
     current = settings_from_options(options, server_slots)
-    jobs = JobSettings.from_options(options)
+    jobs = job_settings_from_options(options)
     shown: Mapping[str, Any] = user_input or {}
 
     def default(key: str, value: Any) -> Any:

@@ -4,32 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from homeassistant.components.number import (
     NumberEntity,
     NumberEntityDescription,
     NumberMode,
 )
-from homeassistant.const import PERCENTAGE, EntityCategory
+from homeassistant.const import PERCENTAGE
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
+from .coordinator import LLMLanesConfigEntry
+from .core.settings import SchedulerSettings
 from .entity import SchedulerSettingEntity
-
-if TYPE_CHECKING:
-    from .core.settings import SchedulerSettings
-    from .models import LLMLanesConfigEntry
 
 PARALLEL_UPDATES = 0
 
 
 @dataclass(frozen=True, kw_only=True)
 class SettingNumberDescription(NumberEntityDescription):
-    """A scheduler setting shown as a number and stored under ``option``."""
+    """A scheduler setting shown as a number and stored under the option named by its key."""
 
-    option: str
     value_fn: Callable[[SchedulerSettings], float]
     """The setting as the entity shows it."""
     to_option: Callable[[float], Any]
@@ -40,25 +37,21 @@ NUMBERS: tuple[SettingNumberDescription, ...] = (
     SettingNumberDescription(
         key=OPT_MAX_SEQUENCES,
         translation_key=OPT_MAX_SEQUENCES,
-        entity_category=EntityCategory.CONFIG,
         mode=NumberMode.BOX,
         native_min_value=1,
         native_max_value=64,
         native_step=1,
-        option=OPT_MAX_SEQUENCES,
         value_fn=lambda settings: settings.max_sequences,
         to_option=int,
     ),
     SettingNumberDescription(
         key=OPT_BACKGROUND_SHARE,
         translation_key=OPT_BACKGROUND_SHARE,
-        entity_category=EntityCategory.CONFIG,
         mode=NumberMode.SLIDER,
         native_min_value=0,
         native_max_value=100,
         native_step=1,
         native_unit_of_measurement=PERCENTAGE,
-        option=OPT_BACKGROUND_SHARE,
         # Shown in percent, stored (like the scheduler setting) as a fraction.
         value_fn=lambda settings: round(settings.background_share * 100, 1),
         to_option=lambda value: round(value / 100, 4),
@@ -80,13 +73,6 @@ class SettingNumber(SchedulerSettingEntity, NumberEntity):
 
     entity_description: SettingNumberDescription
 
-    def __init__(
-        self, entry: LLMLanesConfigEntry, description: SettingNumberDescription
-    ) -> None:
-        """Show one setting of the entry's scheduler."""
-        super().__init__(entry, description.key)
-        self.entity_description = description
-
     @property
     def native_value(self) -> float:
         """The setting the scheduler runs with."""
@@ -94,5 +80,4 @@ class SettingNumber(SchedulerSettingEntity, NumberEntity):
 
     async def async_set_native_value(self, value: float) -> None:
         """Store the new value in the options; the options listener applies it."""
-        description = self.entity_description
-        self._store_option(description.option, description.to_option(value))
+        self._store_option(self.entity_description.to_option(value))

@@ -13,7 +13,7 @@ from homeassistant.helpers.event import async_call_later
 import probatio
 
 from .const import CONF_MODEL, DOMAIN, UNREACHABLE_REPAIR_AFTER
-from .models import LLMLanesConfigEntry
+from .coordinator import LLMLanesConfigEntry
 
 
 def unreachable_issue_id(entry_id: str) -> str:
@@ -24,6 +24,27 @@ def unreachable_issue_id(entry_id: str) -> str:
 def model_missing_issue_id(entry_id: str) -> str:
     """Issue id of "configured model missing" for one entry."""
     return f"model_missing_{entry_id}"
+
+
+@callback
+def _async_raise_issue(
+    hass: HomeAssistant,
+    issue_id: str,
+    translation_key: str,
+    placeholders: dict[str, str],
+    fix_data: dict[str, str | int | float | None] | None = None,
+) -> None:
+    """Raise an error-level issue; with ``fix_data`` it is fixable (``async_create_fix_flow``)."""
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        issue_id,
+        is_fixable=fix_data is not None,
+        severity=ir.IssueSeverity.ERROR,
+        translation_key=translation_key,
+        translation_placeholders=placeholders,
+        data=fix_data,
+    )
 
 
 @callback
@@ -44,17 +65,11 @@ def async_track_server_issues(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
         nonlocal unsub_timer
         unsub_timer = None
         if not server.last_update_success:
-            ir.async_create_issue(
+            _async_raise_issue(
                 hass,
-                DOMAIN,
                 unreachable_issue_id(entry.entry_id),
-                is_fixable=False,
-                severity=ir.IssueSeverity.ERROR,
-                translation_key="server_unreachable",
-                translation_placeholders={
-                    "title": entry.title,
-                    "url": entry.data[CONF_URL],
-                },
+                "server_unreachable",
+                {"title": entry.title, "url": entry.data[CONF_URL]},
             )
 
     @callback
@@ -71,15 +86,12 @@ def async_track_server_issues(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
         info = server.data.info
         model = entry.data[CONF_MODEL]
         if info.models and model not in info.models:
-            ir.async_create_issue(
+            _async_raise_issue(
                 hass,
-                DOMAIN,
                 model_missing_issue_id(entry.entry_id),
-                is_fixable=True,
-                severity=ir.IssueSeverity.ERROR,
-                translation_key="model_missing",
-                translation_placeholders={"title": entry.title, "model": model},
-                data={"entry_id": entry.entry_id},
+                "model_missing",
+                {"title": entry.title, "model": model},
+                fix_data={"entry_id": entry.entry_id},
             )
         else:
             ir.async_delete_issue(hass, DOMAIN, model_missing_issue_id(entry.entry_id))

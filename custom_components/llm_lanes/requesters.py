@@ -1,4 +1,4 @@
-"""Who is charged for a request: requester ids, agreed with the per-requester sensors.
+"""Who is charged for a request: requester ids, and the names their token sensors show.
 
 ``user:<ha user id>``, ``device:<device id>`` (a voice satellite), ``automation:<entity id>``,
 ``ai_task`` (an AI Task call from an unknown automation), ``job:<job name>``, else free text.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from homeassistant.const import ATTR_FRIENDLY_NAME
 from homeassistant.core import Context, HomeAssistant
+from homeassistant.helpers import device_registry as dr, entity_registry as er
 
 AI_TASK_REQUESTER: Final = "ai_task"
 AUTOMATION_DOMAIN: Final = "automation"
@@ -58,3 +60,28 @@ def requester_for_context(
     if (automation := automation_for_context(hass, context)) is not None:
         return automation_requester(automation)
     return default
+
+
+async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
+    """Name a requester as the household knows it: the HA user, satellite or automation.
+
+    Falls back to the requester id when it names nothing Home Assistant knows.
+    """
+    kind, _, ident = requester.partition(":")
+    name: str | None = None
+    if kind == "user" and ident:
+        if (user := await hass.auth.async_get_user(ident)) is not None:
+            name = user.name
+    elif kind == "device" and ident:
+        if (device := dr.async_get(hass).async_get(ident)) is not None:
+            name = device.name_by_user or device.name
+    elif kind == "automation" and ident:
+        if (state := hass.states.get(ident)) is not None:
+            name = state.attributes.get(ATTR_FRIENDLY_NAME)
+        elif (registry_entry := er.async_get(hass).async_get(ident)) is not None:
+            name = registry_entry.name or registry_entry.original_name
+    elif kind == "job" and ident:
+        name = ident
+    elif requester == AI_TASK_REQUESTER:
+        name = "AI Task"
+    return str(name) if name else requester

@@ -1,10 +1,15 @@
-"""Sensors of an LLM server: latency per lane, load, throughput, goodput and tokens per requester."""
+"""Sensors of an LLM server: latency per lane, load, throughput, goodput, tokens, nightly jobs.
+
+Scheduler figures come from the activity coordinator's snapshots, server figures from the server
+coordinator's polls, job figures from the entry's job manager; one token sensor per requester is
+added when the requester first appears (or at set-up, for those known before a restart).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from homeassistant.components.sensor import (
     RestoreSensor,
@@ -13,28 +18,21 @@ from homeassistant.components.sensor import (
     SensorEntityDescription,
     SensorStateClass,
 )
-from homeassistant.const import (
-    ATTR_FRIENDLY_NAME,
-    PERCENTAGE,
-    EntityCategory,
-    UnitOfTime,
-)
+from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTime
 from homeassistant.core import HomeAssistant, callback
-from homeassistant.helpers import device_registry as dr, entity_registry as er
+from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .activity import ActivityEntity
+from .coordinator import LLMLanesConfigEntry, ServerState
 from .core.lanes import Lane
-from .entity import LLMLanesEntity
-from .job_entities import job_sensors
-
-if TYPE_CHECKING:
-    from .coordinator import ServerState
-    from .core.snapshot import LaneSnapshot, SchedulerSnapshot
-    from .models import LLMLanesConfigEntry
+from .core.snapshot import LaneSnapshot, SchedulerSnapshot
+from .entity import ActivityEntity, JobEntity, ServerEntity
+from .jobs.manager import JobManager
+from .requesters import async_requester_name
 
 PARALLEL_UPDATES = 0
 
+UNIT_JOBS = "jobs"
 UNIT_TOKENS = "tokens"
 UNIT_TOKENS_PER_SECOND = "tokens/s"
 REQUESTER_TOKENS_KEY = "requester_tokens"
@@ -56,6 +54,14 @@ class ServerSensorDescription(SensorEntityDescription):
 
     exists_fn: Callable[[ServerState], bool] = lambda _: True
     value_fn: Callable[[ServerState], SensorValue]
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSensorDescription(SensorEntityDescription):
+    """A sensor read from the entry's job manager."""
+
+    value_fn: Callable[[JobManager], SensorValue]
+    attributes_fn: Callable[[JobManager], dict[str, Any]] | None = None
 
 
 def _lane_value(
@@ -192,29 +198,54 @@ SERVER_SENSORS: tuple[ServerSensorDescription, ...] = (
 )
 
 
-async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
-    """Name a requester as the household knows it: the HA user, satellite or automation.
+def _budget_used(manager: JobManager) -> float | None:
+    """Percent of the night's token budget used (None without a budget)."""
+    budget = manager.settings.nightly_token_budget
+    if budget <= 0:
+        return None
+    return min(100.0, 100.0 * manager.tokens_tonight / budget)
 
-    Falls back to the requester id when it names nothing Home Assistant knows.
-    """
-    kind, _, ident = requester.partition(":")
-    name: str | None = None
-    if kind == "user" and ident:
-        if (user := await hass.auth.async_get_user(ident)) is not None:
-            name = user.name
-    elif kind == "device" and ident:
-        if (device := dr.async_get(hass).async_get(ident)) is not None:
-            name = device.name_by_user or device.name
-    elif kind == "automation" and ident:
-        if (state := hass.states.get(ident)) is not None:
-            name = state.attributes.get(ATTR_FRIENDLY_NAME)
-        elif (registry_entry := er.async_get(hass).async_get(ident)) is not None:
-            name = registry_entry.name or registry_entry.original_name
-    elif kind == "job" and ident:
-        name = ident
-    elif requester == "ai_task":
-        name = "AI Task"
-    return str(name) if name else requester
+
+JOB_SENSORS: tuple[JobSensorDescription, ...] = (
+    JobSensorDescription(
+        key="jobs_waiting",
+        translation_key="jobs_waiting",
+        native_unit_of_measurement=UNIT_JOBS,
+        state_class=SensorStateClass.MEASUREMENT,
+        value_fn=lambda manager: manager.waiting_count,
+        attributes_fn=lambda manager: {
+            "running": manager.running_count,
+            "waiting_because": manager.waiting_because(),
+        },
+    ),
+    JobSensorDescription(
+        key="jobs_done_tonight",
+        translation_key="jobs_done_tonight",
+        native_unit_of_measurement=UNIT_JOBS,
+        state_class=SensorStateClass.TOTAL_INCREASING,
+        value_fn=lambda manager: manager.done_tonight,
+    ),
+    JobSensorDescription(
+        key="job_tokens_tonight",
+        translation_key="job_tokens_tonight",
+        native_unit_of_measurement=UNIT_TOKENS,
+        state_class=SensorStateClass.TOTAL_INCREASING,
+        value_fn=lambda manager: manager.tokens_tonight,
+        attributes_fn=lambda manager: {
+            "budget": manager.settings.nightly_token_budget or None,
+            "budget_spent": manager.budget_spent,
+        },
+    ),
+    JobSensorDescription(
+        key="job_budget_used",
+        translation_key="job_budget_used",
+        native_unit_of_measurement=PERCENTAGE,
+        suggested_display_precision=0,
+        state_class=SensorStateClass.MEASUREMENT,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        value_fn=_budget_used,
+    ),
+)
 
 
 async def async_setup_entry(
@@ -232,7 +263,7 @@ async def async_setup_entry(
         for description in SERVER_SENSORS
         if description.exists_fn(server_state)
     )
-    entities.extend(job_sensors(entry))
+    entities.extend(JobSensor(entry, description) for description in JOB_SENSORS)
     async_add_entities(entities)
 
     activity = entry.runtime_data.activity
@@ -278,36 +309,38 @@ class ActivitySensor(ActivityEntity, SensorEntity):
 
     entity_description: ActivitySensorDescription
 
-    def __init__(
-        self, entry: LLMLanesConfigEntry, description: ActivitySensorDescription
-    ) -> None:
-        """Describe one figure of the entry's scheduler."""
-        super().__init__(entry, description.key)
-        self.entity_description = description
-
     @property
     def native_value(self) -> SensorValue:
         """Read the figure from the latest snapshot."""
         return self.entity_description.value_fn(self.coordinator.data)
 
 
-class ServerSensor(LLMLanesEntity, SensorEntity):
+class ServerSensor(ServerEntity, SensorEntity):
     """What the server itself reports (written on every server poll)."""
 
-    _attr_should_poll = False
     entity_description: ServerSensorDescription
-
-    def __init__(
-        self, entry: LLMLanesConfigEntry, description: ServerSensorDescription
-    ) -> None:
-        """Describe one figure the server reports."""
-        super().__init__(entry, description.key)
-        self.entity_description = description
 
     @property
     def native_value(self) -> SensorValue:
         """Read the figure from the last successful poll."""
-        return self.entity_description.value_fn(self.entry.runtime_data.server.data)
+        return self.entity_description.value_fn(self.coordinator.data)
+
+
+class JobSensor(JobEntity, SensorEntity):
+    """A figure of the nightly jobs: what waits, what ran tonight, the night's budget."""
+
+    entity_description: JobSensorDescription
+
+    @property
+    def native_value(self) -> SensorValue:
+        """Read the figure from the job manager."""
+        return self.entity_description.value_fn(self.manager)
+
+    @property
+    def extra_state_attributes(self) -> dict[str, Any] | None:
+        """The details of the figure, where it has any."""
+        attributes_fn = self.entity_description.attributes_fn
+        return attributes_fn(self.manager) if attributes_fn is not None else None
 
 
 def _as_count(value: Any) -> int:
@@ -321,14 +354,18 @@ def _as_count(value: Any) -> int:
 class RequesterTokensSensor(ActivityEntity, RestoreSensor):
     """Tokens (prompt and output) one requester has used, kept across restarts."""
 
-    _attr_translation_key = REQUESTER_TOKENS_KEY
-    _attr_native_unit_of_measurement = UNIT_TOKENS
-    _attr_state_class = SensorStateClass.TOTAL_INCREASING
-    _attr_suggested_display_precision = 0
-
     def __init__(self, entry: LLMLanesConfigEntry, requester: str, name: str) -> None:
         """Count ``requester``'s tokens; ``name`` is how the household knows it."""
-        super().__init__(entry, f"{REQUESTER_TOKENS_KEY}_{requester}")
+        super().__init__(
+            entry,
+            SensorEntityDescription(
+                key=f"{REQUESTER_TOKENS_KEY}_{requester}",
+                translation_key=REQUESTER_TOKENS_KEY,
+                native_unit_of_measurement=UNIT_TOKENS,
+                state_class=SensorStateClass.TOTAL_INCREASING,
+                suggested_display_precision=0,
+            ),
+        )
         self.requester = requester
         self._attr_translation_placeholders = {"requester": name}
         self._restored = 0

@@ -1,21 +1,28 @@
-"""Switch of an LLM server: pause the background lane."""
+"""Switches of an LLM server: pause the background lane, pause the nightly jobs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from homeassistant.components.switch import SwitchEntity
+from homeassistant.components.switch import SwitchEntity, SwitchEntityDescription
+from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import OPT_BACKGROUND_PAUSED
-from .entity import SchedulerSettingEntity
-from .job_entities import job_switches
-
-if TYPE_CHECKING:
-    from .models import LLMLanesConfigEntry
+from .coordinator import LLMLanesConfigEntry
+from .entity import JobEntity, SchedulerSettingEntity
 
 PARALLEL_UPDATES = 0
+
+BACKGROUND_PAUSED = SwitchEntityDescription(
+    key=OPT_BACKGROUND_PAUSED, translation_key=OPT_BACKGROUND_PAUSED
+)
+JOBS_PAUSED = SwitchEntityDescription(
+    key="jobs_paused",
+    translation_key="jobs_paused",
+    entity_category=EntityCategory.CONFIG,
+)
 
 
 async def async_setup_entry(
@@ -23,18 +30,17 @@ async def async_setup_entry(
     entry: LLMLanesConfigEntry,
     async_add_entities: AddConfigEntryEntitiesCallback,
 ) -> None:
-    """Set up the background-paused switch."""
-    async_add_entities([BackgroundPausedSwitch(entry), *job_switches(entry)])
+    """Set up the background-paused and jobs-paused switches."""
+    async_add_entities(
+        [
+            BackgroundPausedSwitch(entry, BACKGROUND_PAUSED),
+            JobsPausedSwitch(entry, JOBS_PAUSED),
+        ]
+    )
 
 
 class BackgroundPausedSwitch(SchedulerSettingEntity, SwitchEntity):
     """On while no background request is admitted (running ones finish)."""
-
-    _attr_translation_key = OPT_BACKGROUND_PAUSED
-
-    def __init__(self, entry: LLMLanesConfigEntry) -> None:
-        """Show the entry's background-paused setting."""
-        super().__init__(entry, OPT_BACKGROUND_PAUSED)
 
     @property
     def is_on(self) -> bool:
@@ -43,8 +49,25 @@ class BackgroundPausedSwitch(SchedulerSettingEntity, SwitchEntity):
 
     async def async_turn_on(self, **kwargs: Any) -> None:
         """Pause the background lane."""
-        self._store_option(OPT_BACKGROUND_PAUSED, True)
+        self._store_option(True)
 
     async def async_turn_off(self, **kwargs: Any) -> None:
         """Resume the background lane."""
-        self._store_option(OPT_BACKGROUND_PAUSED, False)
+        self._store_option(False)
+
+
+class JobsPausedSwitch(JobEntity, SwitchEntity):
+    """When on, no job starts (running ones finish); kept across restarts."""
+
+    @property
+    def is_on(self) -> bool:
+        """Whether jobs are paused."""
+        return self.manager.paused
+
+    async def async_turn_on(self, **kwargs: Any) -> None:
+        """Pause the jobs."""
+        self.manager.set_paused(True)
+
+    async def async_turn_off(self, **kwargs: Any) -> None:
+        """Let the jobs run again."""
+        self.manager.set_paused(False)

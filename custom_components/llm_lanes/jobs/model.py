@@ -1,11 +1,7 @@
-"""A summarization job's record, and where jobs live between restarts: a versioned ``Store``.
+"""A summarization job: what was asked, where it is in its life, and why it waits.
 
-The stored document holds the jobs as plain dictionaries (``Job.as_stored`` / ``Job.from_stored``),
-the night's token ledger and whether jobs are paused. Migrations bring older documents up to date:
-
-- 1.1: jobs had ``state`` (no ``attempts``, ``last_error`` or ``interrupted``); no ledger, no pause.
-- 1.2: jobs have ``status``, ``attempts``, ``last_error`` and ``interrupted``; the document has
-  ``ledger`` (``night``, ``tokens``, ``jobs_done``) and ``paused``.
+The store keeps a job as a plain dictionary (``Job.as_stored`` / ``Job.from_stored``); the actions
+show it without its prompt text (``Job.as_response``).
 """
 
 from __future__ import annotations
@@ -14,19 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any
 
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.storage import Store
 import homeassistant.util.dt as dt_util
 
-from .const import DOMAIN
-
-STORAGE_VERSION = 1
-STORAGE_MINOR_VERSION = 2
-SAVE_DELAY_S = 1.0
-"""Routine changes are written this long after the last one; a new job, a finished job and
-the manager's start and stop are written at once."""
+from ..requesters import job_requester  # noqa: TID252
+from .prompts import JobPrompt
 
 
 class JobStatus(StrEnum):
@@ -56,6 +45,32 @@ class WaitReason(StrEnum):
     IN_FLIGHT_LIMIT = "in_flight_limit"
     RATE_LIMIT = "rate_limit"
     RETRY_BACKOFF = "retry_backoff"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """What the ``summarize`` action asks for, once the prompt is built."""
+
+    prompt: JobPrompt
+    name: str | None = None
+    requester: str | None = None
+    """Who is charged; ``job:<name or id>`` when not given."""
+    max_output_tokens: int | None = None
+    run_now: bool = False
+    notify_target: str | None = None
+    persistent_notification: bool = False
+
+
+@dataclass(slots=True)
+class JobAnswer:
+    """What one run brought back."""
+
+    text: str
+    prompt_tokens: int
+    """As the server counted them (0 when it did not say)."""
+    output_tokens: int
+    token_source: str | None
+    ttft_s: float | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -91,10 +106,66 @@ class Job:
     token_source: str | None = None
     ttft_s: float | None = None
 
+    @classmethod
+    def from_spec(cls, job_id: str, spec: JobSpec, created_at: datetime) -> Job:
+        """Make a new queued job of what the action asked for."""
+        return cls(
+            id=job_id,
+            name=spec.name,
+            requester=spec.requester or job_requester(spec.name or job_id),
+            created_at=created_at,
+            system_prompt=spec.prompt.system,
+            prompt=spec.prompt.user,
+            prompt_note=spec.prompt.note,
+            prompt_tokens_estimate=spec.prompt.tokens_estimate,
+            max_output_tokens=spec.max_output_tokens,
+            run_now=spec.run_now,
+            notify_target=spec.notify_target,
+            persistent_notification=spec.persistent_notification,
+        )
+
+    def start(self, now: datetime) -> None:
+        """Begin another attempt."""
+        self.status = JobStatus.RUNNING
+        self.attempts += 1
+        self.wait_reason = None
+        self.not_before = None
+        self.started_at = now
+
+    def record(self, answer: JobAnswer) -> None:
+        """Keep what the run brought back (the estimate stands in for a count the server did not give)."""
+        self.text = answer.text
+        self.prompt_tokens = answer.prompt_tokens or self.prompt_tokens_estimate
+        self.output_tokens = answer.output_tokens
+        self.token_source = answer.token_source or "estimate"
+        self.ttft_s = answer.ttft_s
+        self.last_error = None
+
+    def finish(self, status: JobStatus, now: datetime) -> None:
+        """End the job for good: done, failed or cancelled."""
+        self.status = status
+        self.finished_at = now
+        self.wait_reason = None
+        self.not_before = None
+
     @property
     def title(self) -> str:
         """What the notification is titled."""
         return self.name or f"Summary {self.id[:8]}"
+
+    @property
+    def wait_s(self) -> float | None:
+        """How long the job was queued before its (last) start."""
+        if self.started_at is None:
+            return None
+        return (self.started_at - self.created_at).total_seconds()
+
+    @property
+    def duration_s(self) -> float | None:
+        """How long its last run took."""
+        if self.started_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
 
     def as_stored(self) -> dict[str, Any]:
         """Return the job as the store keeps it (JSON-safe)."""
@@ -182,86 +253,3 @@ def _parse_dt(value: str) -> datetime:
 
 def _parse_optional_dt(value: str | None) -> datetime | None:
     return _parse_dt(value) if value else None
-
-
-class LedgerData(TypedDict):
-    """Tokens and jobs of the current night (the run window that opened last)."""
-
-    night: str | None
-    """ISO start of that window, in local time."""
-    tokens: int
-    jobs_done: int
-
-
-class JobStoreData(TypedDict):
-    """The whole stored document."""
-
-    jobs: list[dict[str, Any]]
-    ledger: LedgerData
-    paused: bool
-
-
-def empty_store_data() -> JobStoreData:
-    """Return the document a new entry starts with."""
-    return {
-        "jobs": [],
-        "ledger": {"night": None, "tokens": 0, "jobs_done": 0},
-        "paused": False,
-    }
-
-
-def storage_key(entry_id: str) -> str:
-    """One document per config entry (one LLM server)."""
-    return f"{DOMAIN}.jobs.{entry_id}"
-
-
-class JobStore(Store[JobStoreData]):
-    """The jobs of one config entry, migrated to the current layout on load."""
-
-    def __init__(self, hass: HomeAssistant, entry_id: str) -> None:
-        """Bind the store to the entry's storage key."""
-        super().__init__(
-            hass,
-            STORAGE_VERSION,
-            storage_key(entry_id),
-            minor_version=STORAGE_MINOR_VERSION,
-            private=True,
-            atomic_writes=True,
-        )
-
-    async def _async_migrate_func(
-        self,
-        old_major_version: int,
-        old_minor_version: int,
-        old_data: dict[str, Any],
-    ) -> JobStoreData:
-        """Bring a document written by an older version up to the current layout."""
-        if old_major_version > STORAGE_VERSION:
-            raise NotImplementedError(
-                f"job store version {old_major_version} is newer than this integration"
-            )
-        return migrate_store_data(old_minor_version, old_data)
-
-
-def migrate_store_data(
-    old_minor_version: int, old_data: dict[str, Any]
-) -> JobStoreData:
-    """Migrate a version-1 document of any minor version to the current one."""
-    data: dict[str, Any] = dict(old_data)
-    if old_minor_version < 2:
-        jobs: list[dict[str, Any]] = []
-        for old_job in data.get("jobs", []):
-            job = dict(old_job)
-            job["status"] = job.pop("state", job.get("status", "queued"))
-            job.setdefault("attempts", 0)
-            job.setdefault("last_error", None)
-            job.setdefault("interrupted", False)
-            jobs.append(job)
-        data["jobs"] = jobs
-        data.setdefault("ledger", {"night": None, "tokens": 0, "jobs_done": 0})
-        data.setdefault("paused", False)
-    return {
-        "jobs": list(data.get("jobs", [])),
-        "ledger": data["ledger"],
-        "paused": bool(data.get("paused", False)),
-    }

@@ -16,7 +16,7 @@ from homeassistant.core import HomeAssistant, State
 from homeassistant.helpers.recorder import get_instance
 import homeassistant.util.dt as dt_util
 
-from .core.tokens import CHARS_PER_TOKEN, TOKENS_PER_MESSAGE, estimate_text_tokens
+from ..core.tokens import CHARS_PER_TOKEN, TOKENS_PER_MESSAGE, estimate_text_tokens  # noqa: TID252
 
 SYSTEM_PROMPT = (
     "You write short, clear summaries for the people of a household. "
@@ -27,15 +27,8 @@ DEFAULT_HISTORY_INSTRUCTIONS = (
     "Summarize what happened in this home from the following history of state changes. "
     "Point out anything unusual."
 )
-MESSAGE_OVERHEAD_TOKENS = TOKENS_PER_MESSAGE
-"""Chat template tokens around each message."""
 NOTE_RESERVE_TOKENS = 64
 """Room kept for the trimming note itself."""
-
-
-def estimate_tokens(text: str) -> int:
-    """Estimate how many tokens a text takes (the scheduler's own estimate)."""
-    return estimate_text_tokens(text)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,9 +45,9 @@ class JobPrompt:
 def _body_budget(instructions: str, max_prompt_tokens: int) -> int:
     """Tokens left for the text or history once the fixed parts are counted."""
     fixed = (
-        estimate_tokens(SYSTEM_PROMPT)
-        + estimate_tokens(instructions)
-        + 2 * MESSAGE_OVERHEAD_TOKENS
+        estimate_text_tokens(SYSTEM_PROMPT)
+        + estimate_text_tokens(instructions)
+        + 2 * TOKENS_PER_MESSAGE
         + NOTE_RESERVE_TOKENS
     )
     return max(0, max_prompt_tokens - fixed)
@@ -68,9 +61,9 @@ def _assemble(instructions: str, body: str, note: str | None) -> JobPrompt:
         system=SYSTEM_PROMPT,
         user=user,
         note=note,
-        tokens_estimate=estimate_tokens(SYSTEM_PROMPT)
-        + estimate_tokens(user)
-        + 2 * MESSAGE_OVERHEAD_TOKENS,
+        tokens_estimate=estimate_text_tokens(SYSTEM_PROMPT)
+        + estimate_text_tokens(user)
+        + 2 * TOKENS_PER_MESSAGE,
     )
 
 
@@ -80,7 +73,7 @@ def text_prompt(
     """Build the prompt that summarizes ``text``; keep its beginning if it is too long."""
     instructions = instructions or DEFAULT_TEXT_INSTRUCTIONS
     budget = _body_budget(instructions, max_prompt_tokens)
-    if estimate_tokens(text) <= budget:
+    if estimate_text_tokens(text) <= budget:
         return _assemble(instructions, text, None)
     kept = text[: budget * CHARS_PER_TOKEN]
     note = (
@@ -99,7 +92,7 @@ def lines_prompt(
     kept: list[str] = []
     used = 0
     for line in reversed(lines):
-        cost = estimate_tokens(line) + 1
+        cost = estimate_text_tokens(line) + 1
         if used + cost > budget:
             break
         kept.append(line)

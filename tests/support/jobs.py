@@ -1,16 +1,16 @@
-"""Helpers for the job tests: a scheduler whose load and streams the test controls, clock moves.
+"""For the job tests: a scheduler whose load and streams the test scripts, and clock moves.
 
-Not a test module itself. ``LoadedScheduler`` implements the ``JobScheduler`` protocol the job
-manager depends on; it lets a test say "a voice request is streaming now" or "hold this job's
-stream half-way" without timing. Its snapshots are the engine's real snapshot types.
+``LoadedScheduler`` stands in for the parts of ``core.scheduler.Scheduler`` the job manager uses;
+it lets a test say "a voice request is streaming now" or "hold this job's stream half-way" without
+timing. Its snapshots and finished requests are the engine's real types.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from dataclasses import MISSING, dataclass, field, fields, replace
+from datetime import datetime
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
@@ -32,10 +32,9 @@ from custom_components.llm_lanes.core.snapshot import (
     SchedulerSnapshot,
 )
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
-from custom_components.llm_lanes.jobs import JobSettings
+from custom_components.llm_lanes.jobs.throttles import JobSettings
 
 ENTRY_ID = "01JOBSTESTENTRY00000000000"
-MODEL = "sim-llama-8b"
 ANSWER = ("The ", "house ", "was ", "quiet.")
 
 
@@ -85,19 +84,13 @@ class LoadedScheduler:
             )
             for lane in Lane
         }
-        return SchedulerSnapshot(
-            taken_at=0.0,
+        return quiet(
+            SchedulerSnapshot,
             settings=self.settings,
             lanes=lanes,
             requesters={},
             queue_depth=sum(s.queue_depth for s in lanes.values()),
             in_flight=sum(s.in_flight for s in lanes.values()),
-            prompt_tokens_in_flight=0,
-            output_tok_s=0.0,
-            prompt_tok_s=0.0,
-            goodput=None,
-            rejected_total=0,
-            preemptions_total=0,
             window_s=60.0,
         )
 
@@ -145,23 +138,13 @@ class LoadedScheduler:
     def voice_finished(self) -> None:
         """Say that the voice request finished (as the scheduler would tell listeners)."""
         self.voice_in_flight = 0
-        finished = FinishedRequest(
+        finished = quiet(
+            FinishedRequest,
             request_id="voice-1",
             lane=Lane.VOICE,
             requester="satellite.kitchen",
             outcome="ok",
-            error=None,
-            queue_wait_s=0.0,
-            ttft_s=0.1,
-            itl_p95_s=0.02,
-            itl_max_s=0.03,
-            e2e_s=0.5,
-            prompt_tokens=50,
-            output_tokens=20,
             token_source="server",
-            preemptions=0,
-            met_ttft=True,
-            met_itl=True,
         )
         for listener in list(self.listeners):
             listener(finished)
@@ -170,30 +153,34 @@ class LoadedScheduler:
 def _lane_snapshot(
     lane: Lane, *, queue_depth: int, in_flight: int, goodput: float | None
 ) -> LaneSnapshot:
-    return LaneSnapshot(
+    """Describe a lane with the given load and no latency sample in the window."""
+    return quiet(
+        LaneSnapshot,
         lane=lane,
         queue_depth=queue_depth,
         in_flight=in_flight,
-        finished_in_window=0,
-        finished_total=0,
-        rejected_total=0,
-        preemptions_total=0,
-        ttft_p50_s=None,
-        ttft_p90_s=None,
-        ttft_p95_s=None,
-        ttft_p99_s=None,
-        itl_p50_s=None,
-        itl_p95_s=None,
-        itl_p99_s=None,
-        e2e_p50_s=None,
-        e2e_p95_s=None,
-        queue_wait_p50_s=None,
-        queue_wait_p95_s=None,
         goodput=goodput,
-        good_per_s=0.0,
-        prompt_tokens_total=0,
-        output_tokens_total=0,
     )
+
+
+QUIET_VALUES: dict[str, Any] = {
+    "bool": False,
+    "int": 0,
+    "float": 0.0,
+    "float | None": None,
+    "str | None": None,
+}
+"""What a field of each type holds when nothing happened: zero counts, no figures, no error."""
+
+
+def quiet[T](cls: type[T], **values: Any) -> T:
+    """Build one of the engine's snapshot types from ``values``; its other fields are quiet."""
+    required = {
+        item.name: QUIET_VALUES[str(item.type)]
+        for item in fields(cls)
+        if item.default is MISSING and item.name not in values
+    }
+    return cls(**required, **values)
 
 
 def local_time(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
@@ -215,6 +202,3 @@ async def move_to(
 def settings(**changes: Any) -> JobSettings:
     """Job settings for tests: the default window (01:00-06:00) unless changed."""
     return replace(JobSettings(), **changes)
-
-
-ONE_MINUTE = timedelta(minutes=1)

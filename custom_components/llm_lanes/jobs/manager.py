@@ -1,7 +1,6 @@
-"""Nightly summarization jobs: queued, persisted, windowed and throttled.
+"""The job manager of one config entry: its queue, throttles, runs and deliveries.
 
-A job is a background-lane request that may wait hours for its turn. The ``JobManager`` of a
-config entry keeps the jobs in a ``JobStore`` and starts one only when every throttle allows it:
+The manager keeps the jobs in a ``JobStore`` and starts one only when every throttle allows it:
 
 - the run window is open (default 01:00-06:00 local time) and the night's token budget is not
   spent (it resets when the next window opens); a job asked to run now skips these two;
@@ -18,221 +17,37 @@ preempted for voice and resumed). Server errors retry with exponential back-off 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
-from datetime import datetime, time, timedelta
-from typing import Any, Protocol
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from uuid import uuid4
 
-from homeassistant.components import persistent_notification
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers.event import async_track_time_interval
 import homeassistant.util.dt as dt_util
-import probatio
 
-from .const import (
-    DEFAULT_NIGHTLY_END,
-    DEFAULT_NIGHTLY_START,
-    DOMAIN,
-    LOGGER,
-    OPT_NIGHTLY_END,
-    OPT_NIGHTLY_START,
+from ..const import DOMAIN, LOGGER  # noqa: TID252
+from ..core.errors import LanesError, SchedulerClosedError  # noqa: TID252
+from ..core.lanes import Lane  # noqa: TID252
+from ..core.scheduler import Scheduler  # noqa: TID252
+from ..core.snapshot import FinishedRequest  # noqa: TID252
+from ..errors import validation_error  # noqa: TID252
+from .delivery import async_deliver
+from .model import Job, JobSpec, JobStatus, WaitReason
+from .run import NON_RETRYABLE_ERRORS, async_stream_answer
+from .store import SAVE_DELAY_S, JobStore, JobStoreData
+from .throttles import (
+    QUIET_LANES,
+    JobSettings,
+    NightLedger,
+    TokenBucket,
+    house_busy,
+    own_wait_reason,
 )
-from .core.backends.base import ChatMessage, ChatRequest, StreamChunk
-from .core.errors import (
-    AuthError,
-    LanesError,
-    LimitExceededError,
-    ModelNotFoundError,
-    QuotaExceededError,
-    SchedulerClosedError,
-    ToolsUnsupportedError,
-)
-from .core.lanes import Lane
-from .core.settings import SchedulerSettings
-from .core.snapshot import FinishedRequest, SchedulerSnapshot
-from .job_history import JobPrompt
-from .job_store import (
-    SAVE_DELAY_S,
-    Job,
-    JobStatus,
-    JobStore,
-    JobStoreData,
-    LedgerData,
-    WaitReason,
-    iso_or_none,
-)
-
-EVENT_SUMMARY_READY = "llm_lanes_summary_ready"
-
-OPT_JOBS_MAX_IN_FLIGHT = "jobs_max_in_flight"
-OPT_JOBS_TOKENS_PER_MINUTE = "jobs_tokens_per_minute"
-"""0 means no rate limit."""
-OPT_JOBS_NIGHTLY_BUDGET = "jobs_nightly_token_budget"
-"""0 means no budget."""
-OPT_JOBS_RETENTION_DAYS = "jobs_retention_days"
 
 TICK_INTERVAL = timedelta(seconds=10)
 """How often waiting jobs are looked at again (window, bucket, back-off, retries, retention)."""
-QUIET_LANES = (Lane.VOICE, Lane.INTERACTIVE)
-NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
-    LimitExceededError,
-    QuotaExceededError,
-    ModelNotFoundError,
-    AuthError,
-    ToolsUnsupportedError,
-)
-"""Errors that another attempt would meet again."""
-
-
-class JobScheduler(Protocol):
-    """What jobs need of the scheduler (``core.scheduler.Scheduler`` provides it)."""
-
-    @property
-    def settings(self) -> SchedulerSettings:
-        """The scheduler's current settings (lane limits)."""
-
-    def snapshot(self) -> SchedulerSnapshot:
-        """Return the scheduler's state now."""
-
-    def stream(
-        self,
-        chat_request: ChatRequest,
-        *,
-        lane: Lane,
-        requester: str,
-        prompt_tokens: int | None = None,
-        deadline_s: float | None = None,
-    ) -> AsyncIterator[StreamChunk]:
-        """Stream an answer through the scheduler."""
-
-    def add_listener(
-        self, callback: Callable[[FinishedRequest], None]
-    ) -> Callable[[], None]:
-        """Be told of every finished request."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSettings:
-    """The throttles of the job system (options flow)."""
-
-    window_start: time = time(1, 0)
-    window_end: time = time(6, 0)
-    """Equal start and end mean the window never closes."""
-    max_in_flight: int = 1
-    tokens_per_minute: int = 0
-    nightly_token_budget: int = 0
-    retention_days: int = 7
-    max_attempts: int = 3
-    retry_base_s: float = 60.0
-    """The first retry waits this long; each further one twice as long (at most an hour)."""
-    goodput_objective: float = 0.9
-    """Jobs hold back while voice or interactive goodput over the window is below this."""
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> JobSettings:
-        """Read the job throttles from a config entry's options (defaults where unset)."""
-        return cls(
-            window_start=_parse_time(
-                options.get(OPT_NIGHTLY_START, DEFAULT_NIGHTLY_START)
-            ),
-            window_end=_parse_time(options.get(OPT_NIGHTLY_END, DEFAULT_NIGHTLY_END)),
-            max_in_flight=max(1, int(options.get(OPT_JOBS_MAX_IN_FLIGHT, 1))),
-            tokens_per_minute=max(0, int(options.get(OPT_JOBS_TOKENS_PER_MINUTE, 0))),
-            nightly_token_budget=max(0, int(options.get(OPT_JOBS_NIGHTLY_BUDGET, 0))),
-            retention_days=max(1, int(options.get(OPT_JOBS_RETENTION_DAYS, 7))),
-        )
-
-    def in_window(self, local: datetime) -> bool:
-        """Whether the run window is open at this local time."""
-        start, end, now = self.window_start, self.window_end, local.time()
-        if start == end:
-            return True
-        if start < end:
-            return start <= now < end
-        return now >= start or now < end
-
-    def night_start(self, local: datetime) -> datetime:
-        """When the window that opened last (at or before ``local``) opened: the current night."""
-        opened = local.replace(
-            hour=self.window_start.hour,
-            minute=self.window_start.minute,
-            second=self.window_start.second,
-            microsecond=0,
-        )
-        return opened if opened <= local else opened - timedelta(days=1)
-
-    def retry_delay(self, attempts: int) -> timedelta:
-        """How long a job waits before attempt number ``attempts + 1``."""
-        return timedelta(
-            seconds=min(3600.0, self.retry_base_s * 2 ** max(0, attempts - 1))
-        )
-
-
-def _parse_time(value: str | time) -> time:
-    return value if isinstance(value, time) else time.fromisoformat(value)
-
-
-class TokenBucket:
-    """Tokens per minute, charged after the fact: a job starts only while the bucket is not in debt.
-
-    The cost of a job is known only once it finished, so its tokens are taken then, possibly
-    driving the level below zero; the next job waits until the refill pays the debt back.
-    """
-
-    def __init__(self, tokens_per_minute: int, now: float) -> None:
-        """Start full."""
-        self._rate = tokens_per_minute
-        self._level = float(tokens_per_minute)
-        self._at = now
-
-    def set_rate(self, tokens_per_minute: int, now: float) -> None:
-        """Change the rate (0 disables the limit)."""
-        self._refill(now)
-        self._rate = tokens_per_minute
-        self._level = min(self._level, float(tokens_per_minute))
-
-    def _refill(self, now: float) -> None:
-        if now > self._at:
-            self._level = min(
-                float(self._rate), self._level + (now - self._at) * self._rate / 60.0
-            )
-        self._at = now
-
-    def allows_start(self, now: float) -> bool:
-        """Whether a job may start now."""
-        if self._rate <= 0:
-            return True
-        self._refill(now)
-        return self._level > 0
-
-    def spend(self, tokens: int, now: float) -> None:
-        """Charge the tokens a job used."""
-        self._refill(now)
-        self._level -= tokens
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSpec:
-    """What the ``summarize`` action asks for, once the prompt is built."""
-
-    prompt: JobPrompt
-    name: str | None = None
-    requester: str | None = None
-    """Who is charged; ``job:<name or id>`` when not given."""
-    max_output_tokens: int | None = None
-    run_now: bool = False
-    notify_target: str | None = None
-    persistent_notification: bool = False
-
-
-class JobNotFoundError(HomeAssistantError):
-    """No job has this id."""
-
-
-class JobFinishedError(HomeAssistantError):
-    """The job already finished; it cannot be cancelled."""
 
 
 @dataclass(slots=True)
@@ -242,18 +57,6 @@ class _Running:
     cancelled_by_user: bool = False
 
 
-@dataclass(slots=True)
-class _Counters:
-    """The night's ledger, kept in the store."""
-
-    night: str | None = None
-    tokens: int = 0
-    jobs_done: int = 0
-
-    def as_stored(self) -> LedgerData:
-        return {"night": self.night, "tokens": self.tokens, "jobs_done": self.jobs_done}
-
-
 class JobManager:
     """The queue, throttles, runs and deliveries of one config entry's jobs."""
 
@@ -261,7 +64,7 @@ class JobManager:
         self,
         hass: HomeAssistant,
         entry_id: str,
-        scheduler: JobScheduler,
+        scheduler: Scheduler,
         *,
         model: str,
         settings: JobSettings | None = None,
@@ -275,7 +78,7 @@ class JobManager:
         self._store = JobStore(hass, entry_id)
         self._jobs: dict[str, Job] = {}
         self._running: dict[str, _Running] = {}
-        self._ledger = _Counters()
+        self._ledger = NightLedger()
         self._paused = False
         self._bucket = TokenBucket(self._settings.tokens_per_minute, self._now_ts())
         self._listeners: list[Callable[[], None]] = []
@@ -328,8 +131,7 @@ class JobManager:
                 job.status = JobStatus.QUEUED
                 job.interrupted = True
             self._jobs[job.id] = job
-        ledger = stored["ledger"]
-        self._ledger = _Counters(ledger["night"], ledger["tokens"], ledger["jobs_done"])
+        self._ledger = NightLedger.from_stored(stored["ledger"])
         self._paused = stored["paused"]
 
     def _as_store_data(self) -> JobStoreData:
@@ -385,17 +187,31 @@ class JobManager:
         """Every known job, oldest first."""
         return sorted(self._jobs.values(), key=lambda job: job.created_at)
 
+    def has_job(self, job_id: str) -> bool:
+        """Whether this entry holds a job with this id."""
+        return job_id in self._jobs
+
     def get(self, job_id: str) -> Job:
-        """One job by id."""
+        """One job by id (a translated validation error when there is none)."""
         try:
             return self._jobs[job_id]
         except KeyError:
-            raise JobNotFoundError(f"no job {job_id}") from None
+            raise validation_error("job_not_found", job_id=job_id) from None
 
     @property
     def waiting_count(self) -> int:
         """Queued jobs."""
         return sum(job.status is JobStatus.QUEUED for job in self._jobs.values())
+
+    def waiting_because(self) -> dict[str, int]:
+        """How many unfinished jobs wait for each reason."""
+        return dict(
+            Counter(
+                job.wait_reason.value
+                for job in self._jobs.values()
+                if job.wait_reason is not None and not job.status.finished
+            )
+        )
 
     @property
     def running_count(self) -> int:
@@ -417,8 +233,7 @@ class JobManager:
     @property
     def budget_spent(self) -> bool:
         """Whether the night's token budget is used up."""
-        budget = self._settings.nightly_token_budget
-        return budget > 0 and self.tokens_tonight >= budget
+        return self._settings.budget_spent(self.tokens_tonight)
 
     @callback
     def add_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
@@ -440,23 +255,9 @@ class JobManager:
 
     async def async_submit(self, spec: JobSpec) -> Job:
         """Queue a new job and look at the queue at once (it may start now)."""
-        job_id = uuid4().hex
-        job = Job(
-            id=job_id,
-            name=spec.name,
-            requester=spec.requester or f"job:{spec.name or job_id}",
-            created_at=dt_util.utcnow(),
-            system_prompt=spec.prompt.system,
-            prompt=spec.prompt.user,
-            prompt_note=spec.prompt.note,
-            prompt_tokens_estimate=spec.prompt.tokens_estimate,
-            max_output_tokens=spec.max_output_tokens,
-            run_now=spec.run_now,
-            notify_target=spec.notify_target,
-            persistent_notification=spec.persistent_notification,
-        )
-        self._jobs[job_id] = job
-        LOGGER.debug("Job %s queued (requester %s)", job_id, job.requester)
+        job = Job.from_spec(uuid4().hex, spec, dt_util.utcnow())
+        self._jobs[job.id] = job
+        LOGGER.debug("Job %s queued (requester %s)", job.id, job.requester)
         await self._store.async_save(self._as_store_data())
         self._pump()
         return job
@@ -465,7 +266,9 @@ class JobManager:
         """Cancel a queued or running job."""
         job = self.get(job_id)
         if job.status.finished:
-            raise JobFinishedError(f"job {job_id} already {job.status}")
+            raise validation_error(
+                "job_already_finished", job_id=job_id, status=job.status.value
+            )
         running = self._running.get(job_id)
         if running is not None:
             running.cancelled_by_user = True
@@ -509,24 +312,8 @@ class JobManager:
         return dt_util.utcnow().timestamp()
 
     def _roll_night(self) -> None:
-        night = self._settings.night_start(dt_util.now()).isoformat()
-        if self._ledger.night != night:
-            self._ledger = _Counters(night=night)
+        if self._ledger.roll(self._settings.night_start(dt_util.now()).isoformat()):
             self._save()
-
-    def _house_busy(self, snapshot: SchedulerSnapshot) -> bool:
-        for lane in QUIET_LANES:
-            state = snapshot.lanes.get(lane)
-            if state is None:
-                continue
-            if state.queue_depth > 0 or state.in_flight > 0:
-                return True
-            if (
-                state.goodput is not None
-                and state.goodput < self._settings.goodput_objective
-            ):
-                return True
-        return False
 
     @callback
     def _on_request_finished(self, finished: FinishedRequest) -> None:
@@ -557,7 +344,7 @@ class JobManager:
             return WaitReason.PAUSED
         if len(self._running) >= self._settings.max_in_flight:
             return WaitReason.IN_FLIGHT_LIMIT
-        if self._house_busy(self._scheduler.snapshot()):
+        if house_busy(self._scheduler.snapshot(), self._settings.goodput_objective):
             return WaitReason.HOUSE_BUSY
         if not self._bucket.allows_start(self._now_ts()):
             return WaitReason.RATE_LIMIT
@@ -579,15 +366,12 @@ class JobManager:
         )
         shared = self._shared_wait_reason()
         for job in queued:
-            reason: WaitReason | None
-            if job.not_before is not None and job.not_before > now:
-                reason = WaitReason.RETRY_BACKOFF
-            elif not job.run_now and not window_open:
-                reason = WaitReason.OUTSIDE_WINDOW
-            elif not job.run_now and budget_spent:
-                reason = WaitReason.BUDGET_SPENT
-            else:
-                reason = shared
+            reason = (
+                own_wait_reason(
+                    job, now, window_open=window_open, budget_spent=budget_spent
+                )
+                or shared
+            )
             if reason is None:
                 self._start(job)
                 shared = self._shared_wait_reason()
@@ -602,11 +386,7 @@ class JobManager:
 
     @callback
     def _start(self, job: Job) -> None:
-        job.status = JobStatus.RUNNING
-        job.attempts += 1
-        job.wait_reason = None
-        job.not_before = None
-        job.started_at = dt_util.utcnow()
+        job.start(dt_util.utcnow())
         LOGGER.debug("Job %s starts (attempt %s)", job.id, job.attempts)
         task = self.hass.async_create_background_task(
             self._async_run(job), f"{DOMAIN} job {job.id}", eager_start=False
@@ -616,42 +396,8 @@ class JobManager:
     # --- running one job ------------------------------------------------------------------------
 
     async def _async_run(self, job: Job) -> None:
-        request = ChatRequest(
-            model=self._model,
-            messages=(
-                ChatMessage(role="system", content=job.system_prompt),
-                ChatMessage(role="user", content=job.prompt),
-            ),
-            max_tokens=job.max_output_tokens,
-        )
-        parts: list[str] = []
-        usage_prompt = usage_output = 0
-        token_source: str | None = None
-        first_token_at: datetime | None = None
-        started = dt_util.utcnow()
         try:
-            stream = self._scheduler.stream(
-                request,
-                lane=Lane.BACKGROUND,
-                requester=job.requester,
-                prompt_tokens=job.prompt_tokens_estimate,
-            )
-            try:
-                async for chunk in stream:
-                    if chunk.text:
-                        if first_token_at is None:
-                            first_token_at = dt_util.utcnow()
-                        parts.append(chunk.text)
-                        usage_output += chunk.output_tokens
-                    if chunk.usage is not None:
-                        usage_prompt = chunk.usage.prompt_tokens
-                        usage_output = chunk.usage.output_tokens
-                        token_source = chunk.usage.source
-            finally:
-                # Closing the stream cancels the request at the server and frees its slot.
-                aclose = getattr(stream, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+            answer = await async_stream_answer(self._scheduler, job, self._model)
         except asyncio.CancelledError:
             running = self._running.pop(job.id, None)
             if running is not None and running.cancelled_by_user:
@@ -674,19 +420,12 @@ class JobManager:
             self._failed_attempt(job, err, retryable=True)
         else:
             self._running.pop(job.id, None)
-            job.text = "".join(parts)
-            job.prompt_tokens = usage_prompt or job.prompt_tokens_estimate
-            job.output_tokens = usage_output
-            job.token_source = token_source or "estimate"
-            job.ttft_s = (
-                (first_token_at - started).total_seconds() if first_token_at else None
-            )
-            job.last_error = None
+            job.record(answer)
             self._charge(job.prompt_tokens + job.output_tokens)
             self._finish(job, JobStatus.DONE)
             # Written before delivery, so that a crash from here on never runs the job again.
             await self._store.async_save(self._as_store_data())
-            await self._async_deliver(job)
+            await async_deliver(self.hass, self.entry_id, job)
         self._pump()
 
     @callback
@@ -729,10 +468,7 @@ class JobManager:
 
     @callback
     def _finish(self, job: Job, status: JobStatus) -> None:
-        job.status = status
-        job.finished_at = dt_util.utcnow()
-        job.wait_reason = None
-        job.not_before = None
+        job.finish(status, dt_util.utcnow())
         if status is JobStatus.DONE:
             self._roll_night()
             self._ledger.jobs_done += 1
@@ -757,97 +493,3 @@ class JobManager:
         if old:
             self._save()
             self._changed()
-
-    # --- delivery ---------------------------------------------------------------------------------
-
-    async def _async_deliver(self, job: Job) -> None:
-        """Fire the event; send the notification and the persistent notification if asked."""
-        text = job.text or ""
-        wait_s = (
-            (job.started_at - job.created_at).total_seconds()
-            if job.started_at
-            else None
-        )
-        duration_s = (
-            (job.finished_at - job.started_at).total_seconds()
-            if job.finished_at and job.started_at
-            else None
-        )
-        self.hass.bus.async_fire(
-            EVENT_SUMMARY_READY,
-            {
-                "entry_id": self.entry_id,
-                "job_id": job.id,
-                "name": job.name,
-                "requester": job.requester,
-                "text": text,
-                "prompt_tokens": job.prompt_tokens,
-                "output_tokens": job.output_tokens,
-                "token_source": job.token_source,
-                "created_at": iso_or_none(job.created_at),
-                "started_at": iso_or_none(job.started_at),
-                "finished_at": iso_or_none(job.finished_at),
-                "wait_s": wait_s,
-                "duration_s": duration_s,
-                "ttft_s": job.ttft_s,
-                "attempts": job.attempts,
-                "prompt_note": job.prompt_note,
-            },
-        )
-        if job.notify_target:
-            try:
-                await async_send_notification(
-                    self.hass, job.notify_target, job.title, text
-                )
-            except (HomeAssistantError, probatio.Invalid) as err:
-                LOGGER.warning(
-                    "Job %s: could not notify %s: %s", job.id, job.notify_target, err
-                )
-        if job.persistent_notification:
-            persistent_notification.async_create(
-                self.hass,
-                text,
-                title=job.title,
-                notification_id=f"{DOMAIN}_job_{job.id}",
-            )
-
-
-def notify_target_exists(hass: HomeAssistant, target: str) -> bool:
-    """Whether ``target`` is a notify entity or a (legacy) notify service."""
-    if target.startswith("notify.") and hass.states.get(target) is not None:
-        return True
-    return hass.services.has_service("notify", target.removeprefix("notify."))
-
-
-async def async_send_notification(
-    hass: HomeAssistant, target: str, title: str, message: str
-) -> None:
-    """Send to a notify entity (``notify.send_message``) or a legacy notify service."""
-    if target.startswith("notify.") and hass.states.get(target) is not None:
-        await hass.services.async_call(
-            "notify",
-            "send_message",
-            {"entity_id": target, "title": title, "message": message},
-            blocking=True,
-        )
-        return
-    service = target.removeprefix("notify.")
-    if not hass.services.has_service("notify", service):
-        raise HomeAssistantError(f"no notify entity or service {target}")
-    await hass.services.async_call(
-        "notify", service, {"title": title, "message": message}, blocking=True
-    )
-
-
-def with_options(settings: JobSettings, options: Mapping[str, Any]) -> JobSettings:
-    """Return settings with the option-backed fields taken from ``options`` (others kept)."""
-    from_options = JobSettings.from_options(options)
-    return replace(
-        settings,
-        window_start=from_options.window_start,
-        window_end=from_options.window_end,
-        max_in_flight=from_options.max_in_flight,
-        tokens_per_minute=from_options.tokens_per_minute,
-        nightly_token_budget=from_options.nightly_token_budget,
-        retention_days=from_options.retention_days,
-    )

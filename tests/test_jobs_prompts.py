@@ -12,14 +12,14 @@ from pytest_homeassistant_custom_component.components.recorder.common import (
     async_wait_recording_done,
 )
 
-from custom_components.llm_lanes.job_history import (
+from custom_components.llm_lanes.jobs.prompts import (
     async_history_lines,
     async_history_prompt,
     lines_prompt,
     text_prompt,
 )
 
-from .test_jobs_helpers import local_time
+from .support.jobs import local_time
 
 TEMPERATURE = "sensor.living_room_temperature"
 DOOR = "binary_sensor.front_door"

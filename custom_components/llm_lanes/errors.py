@@ -1,0 +1,47 @@
+"""Translated Home Assistant errors, and the one place where ``core.errors`` is translated.
+
+Every engine error carries its translation key and placeholders, so the translation needs no
+string matching. A request that breaks a lane limit is the caller's to fix (a validation error);
+anything else the scheduler or the server says is a plain Home Assistant error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+
+from .const import DOMAIN
+from .core.errors import LanesError, LimitExceededError
+
+
+def validation_error(
+    translation_key: str, **placeholders: str
+) -> ServiceValidationError:
+    """Build the translated error of a call the caller has to change."""
+    return ServiceValidationError(
+        translation_domain=DOMAIN,
+        translation_key=translation_key,
+        translation_placeholders=placeholders or None,
+    )
+
+
+def failure(translation_key: str, **placeholders: str) -> HomeAssistantError:
+    """Build the translated error of a call that failed through no fault of the caller."""
+    return HomeAssistantError(
+        translation_domain=DOMAIN,
+        translation_key=translation_key,
+        translation_placeholders=placeholders or None,
+    )
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    """Raise the engine errors of the block as translated Home Assistant errors."""
+    try:
+        yield
+    except LimitExceededError as err:
+        raise validation_error(err.translation_key, **err.placeholders) from err
+    except LanesError as err:
+        raise failure(err.translation_key, **err.placeholders) from err

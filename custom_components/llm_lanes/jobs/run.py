@@ -1,0 +1,77 @@
+"""One run of a job: the request it sends through the scheduler and the answer it streams back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import homeassistant.util.dt as dt_util
+
+from ..core.backends.base import ChatMessage, ChatRequest  # noqa: TID252
+from ..core.errors import (  # noqa: TID252
+    AuthError,
+    LanesError,
+    LimitExceededError,
+    ModelNotFoundError,
+    QuotaExceededError,
+    ToolsUnsupportedError,
+)
+from ..core.lanes import Lane  # noqa: TID252
+from ..core.scheduler import Scheduler  # noqa: TID252
+from .model import Job, JobAnswer
+
+NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
+    LimitExceededError,
+    QuotaExceededError,
+    ModelNotFoundError,
+    AuthError,
+    ToolsUnsupportedError,
+)
+"""Errors that another attempt would meet again."""
+
+
+def job_request(job: Job, model: str) -> ChatRequest:
+    """Build the chat request a job sends: its system prompt and its prompt."""
+    return ChatRequest(
+        model=model,
+        messages=(
+            ChatMessage(role="system", content=job.system_prompt),
+            ChatMessage(role="user", content=job.prompt),
+        ),
+        max_tokens=job.max_output_tokens,
+    )
+
+
+async def async_stream_answer(scheduler: Scheduler, job: Job, model: str) -> JobAnswer:
+    """Stream the job's answer through the background lane; raise what the scheduler raises."""
+    parts: list[str] = []
+    answer = JobAnswer(
+        text="", prompt_tokens=0, output_tokens=0, token_source=None, ttft_s=None
+    )
+    started = dt_util.utcnow()
+    first_token_at: datetime | None = None
+    stream = scheduler.stream(
+        job_request(job, model),
+        lane=Lane.BACKGROUND,
+        requester=job.requester,
+        prompt_tokens=job.prompt_tokens_estimate,
+    )
+    try:
+        async for chunk in stream:
+            if chunk.text:
+                if first_token_at is None:
+                    first_token_at = dt_util.utcnow()
+                parts.append(chunk.text)
+                answer.output_tokens += chunk.output_tokens
+            if chunk.usage is not None:
+                answer.prompt_tokens = chunk.usage.prompt_tokens
+                answer.output_tokens = chunk.usage.output_tokens
+                answer.token_source = chunk.usage.source
+    finally:
+        # Closing the stream cancels the request at the server and frees its slot.
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    answer.text = "".join(parts)
+    if first_token_at is not None:
+        answer.ttft_s = (first_token_at - started).total_seconds()
+    return answer

@@ -1,0 +1,45 @@
+"""LLM Lanes config entries for servers the tests run (the simulated ones, mostly)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.const import CONF_API_KEY, CONF_URL
+from homeassistant.core import HomeAssistant
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
+from custom_components.llm_lanes.core.bench.simulator import SimConfig
+
+MODEL = SimConfig().model
+
+
+def server_entry(
+    url: str,
+    kind: str,
+    *,
+    model: str = MODEL,
+    api_key: str | None = None,
+    title: str | None = None,
+    **entry: Any,
+) -> MockConfigEntry:
+    """Build the entry of the ``kind`` server at ``url`` (``entry``: more MockConfigEntry fields)."""
+    data = {CONF_URL: url, CONF_KIND: kind, CONF_MODEL: model}
+    if api_key is not None:
+        data[CONF_API_KEY] = api_key
+    return MockConfigEntry(
+        domain=DOMAIN, title=title or f"{kind} (sim)", data=data, **entry
+    )
+
+
+async def async_set_up(
+    hass: HomeAssistant, entry: MockConfigEntry, *, loaded: bool = True
+) -> MockConfigEntry:
+    """Add the entry and set it up (``loaded``: whether that must succeed); let it settle."""
+    entry.add_to_hass(hass)
+    assert await hass.config_entries.async_setup(entry.entry_id) is loaded
+    await hass.async_block_till_done(wait_background_tasks=True)
+    if loaded:
+        assert entry.state is ConfigEntryState.LOADED
+    return entry

@@ -1,0 +1,72 @@
+"""For the tests of a loaded entry: real requests through its scheduler, and what they left.
+
+The entry and the simulated server come from ``conftest.py`` (``sim_config``, ``sim``,
+``init_integration``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from homeassistant.core import Context, HomeAssistant
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.snapshot import FinishedRequest, GenerateResult
+
+from .entries import MODEL
+
+
+def chat(text: str = "What time is it?", max_tokens: int = 8) -> ChatRequest:
+    """Build a one-message chat request for the simulated model."""
+    return ChatRequest(
+        model=MODEL,
+        messages=(ChatMessage(role="user", content=text),),
+        max_tokens=max_tokens,
+    )
+
+
+async def async_generate(
+    entry: MockConfigEntry,
+    *,
+    lane: Lane = Lane.AUTOMATION,
+    requester: str = "job:test",
+    text: str = "What time is it?",
+    max_tokens: int = 8,
+) -> GenerateResult:
+    """Send one real request through the entry's scheduler to the simulated server."""
+    result: GenerateResult = await entry.runtime_data.scheduler.generate(
+        chat(text, max_tokens), lane=lane, requester=requester
+    )
+    return result
+
+
+async def async_call_action(
+    hass: HomeAssistant, action: str, context: Context | None = None, **data: Any
+) -> dict[str, Any]:
+    """Call one of the integration's actions (``llm_lanes.<action>``); return its response."""
+    response = await hass.services.async_call(
+        DOMAIN, action, data, blocking=True, return_response=True, context=context
+    )
+    assert isinstance(response, dict)
+    return dict(response)
+
+
+def finished_requests(entry: MockConfigEntry) -> list[FinishedRequest]:
+    """Collect every request the entry's scheduler finishes from now on."""
+    finished: list[FinishedRequest] = []
+    entry.async_on_unload(entry.runtime_data.scheduler.add_listener(finished.append))
+    return finished
+
+
+async def async_wait_for(condition: Callable[[], bool], limit: int = 2000) -> None:
+    """Yield to the event loop until ``condition`` holds (bounded, no wall-clock assertion)."""
+    for _ in range(limit):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("condition never held")

@@ -186,9 +186,13 @@ async def test_prefill_budget_and_oversized_request_runs_alone() -> None:
 
 
 async def test_lane_concurrency_cap() -> None:
-    """Background runs at most two at once by default."""
+    """A lane's concurrency cap holds however many slots are free."""
     gate = asyncio.Event()
-    scheduler, _, _, _ = make(SchedulerSettings(max_sequences=8, headroom=0))
+    scheduler, _, _, _ = make(
+        SchedulerSettings(max_sequences=8, headroom=0).with_lane(
+            Lane.BACKGROUND, max_concurrency=2
+        )
+    )
     tasks = [
         spawn(scheduler, chat(gate=gate), Lane.BACKGROUND, "job") for _ in range(4)
     ]
@@ -526,7 +530,7 @@ async def test_snapshot_per_requester_and_background_share() -> None:
     """Requesters show their queue, tokens and quota; the share of background service is reported."""
     gate = asyncio.Event()
     settings = SchedulerSettings(
-        max_sequences=1, headroom=0, requester_quotas={"kid": 1000}
+        max_sequences=1, headroom=0, requester_quotas={"kid": 1000}, preemption=False
     )
     scheduler, _, _, finished = make(settings)
     remove = scheduler.add_listener(lambda record: None)

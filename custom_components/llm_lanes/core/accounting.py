@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .backends.base import StreamChunk, TokenUsage
+from .batch_cost import BatchCostModel
 from .errors import QueueTimeoutError
 from .lanes import Lane
 from .metrics import GroupStats
 from .quotas import QuotaLedger
-from .run_state import ShareLedger
+from .run_state import RunState, ShareLedger
 from .settings import SchedulerSettings
 from .snapshot import FinishedRequest
 from .ticket import Ticket
@@ -32,6 +33,8 @@ class Accounting:
     """Charges requests on their tickets, the ledgers and the statistics of one server."""
 
     __slots__ = (
+        "_cost_model",
+        "_state",
         "_w_in",
         "_w_out",
         "_window_s",
@@ -42,10 +45,22 @@ class Accounting:
     )
 
     def __init__(
-        self, settings: SchedulerSettings, *, share: ShareLedger, window_s: float
+        self,
+        settings: SchedulerSettings,
+        *,
+        share: ShareLedger,
+        window_s: float,
+        state: RunState | None = None,
+        cost_model: BatchCostModel | None = None,
     ) -> None:
-        """Charge with the weights of ``settings``; ``share`` is the policy's share ledger."""
+        """Charge with the weights of ``settings``; ``share`` is the policy's share ledger.
+
+        With ``state`` and ``cost_model``, every gap also teaches the model how the sequences
+        in flight slow the tokens.
+        """
         self.share = share
+        self._state = state
+        self._cost_model = cost_model
         self.quotas = QuotaLedger()
         """Tokens per requester over the last 24 hours."""
         self.lane_stats = {lane: GroupStats() for lane in Lane}
@@ -100,6 +115,8 @@ class Accounting:
                 ticket.gaps.append(gap)
                 ticket.lane_stats.itl.add(now, gap)
                 ticket.requester_stats.itl.add(now, gap)
+                if self._cost_model is not None and self._state is not None:
+                    self._cost_model.observe(self._state.in_flight, gap)
             ticket.last_token_at = now
         if chunk.text:
             ticket.parts.append(chunk.text)

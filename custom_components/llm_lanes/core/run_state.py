@@ -7,7 +7,9 @@ This is the bookkeeping the policy (``policy.py``) decides on; it decides nothin
 - per lane, a heap of backlogged requesters keyed by their Virtual Token Counter, and the counters;
 - the expiry heap of the waiting requests' wait limits;
 - the running requests, the slots and the prompt tokens they hold;
-- the background share's sliding window of weighted service.
+- the background share's sliding window of weighted service;
+- what the scheduler tells it of the near future: an announced voice command and the learned
+  limit on background streams beside foreground work.
 
 Cost: per-lane per-requester FIFOs, one heap of backlogged requesters per lane keyed by counter
 (stale keys re-keyed lazily, since counters only grow), lazy deletion everywhere: a departed
@@ -51,6 +53,8 @@ class QueuedRequest:
     """Progress so far, used to pick the least-advanced stream to preempt."""
     prefilling: bool = False
     """Running, and its current attempt has produced no token yet (the server is on its prompt)."""
+    admitted_rank: float = 0.0
+    """The rank the policy admitted it at (its lane, or better by aging or the share)."""
 
 
 class VirtualCounters:
@@ -168,6 +172,11 @@ class RunState:
         self.running: dict[int, QueuedRequest] = {}
         self.started_total = 0
         self.released_total = 0
+        self.voice_expected_until = float("-inf")
+        """Until when a voice command is announced (``Scheduler.prepare``) but not arrived."""
+        self.learned_background_limit: int | None = None
+        """Most background streams that keep active foreground work within its bound, as learned
+        (``batch_cost.py``); None: nothing learned, or no foreground work."""
 
     # --- settings -------------------------------------------------------------------------------
 
@@ -278,9 +287,13 @@ class RunState:
 
     # --- running requests ----------------------------------------------------------------------------
 
-    def start(self, request: QueuedRequest) -> None:
-        """Admit a request the policy chose: it leaves the queue and takes its slot."""
+    def start(self, request: QueuedRequest, rank: float | None = None) -> None:
+        """Admit a request the policy chose: it leaves the queue and takes its slot.
+
+        ``rank`` is what the policy admitted it at (its lane's when not given).
+        """
         self.remove(request)
+        request.admitted_rank = float(request.lane) if rank is None else rank
         self._lanes[request.lane].last_counter = self.counters.lane(request.lane).get(
             request.requester, 0.0
         )

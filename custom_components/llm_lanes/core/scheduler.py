@@ -8,6 +8,7 @@ Contract:
     result = await scheduler.generate(chat_request, lane=Lane.AUTOMATION, requester="automation.x")
     scheduler.snapshot() -> SchedulerSnapshot
     scheduler.update_settings(settings)
+    scheduler.prepare()                          # a voice command is coming: make room now
     remove = scheduler.add_listener(callback)   # callback(FinishedRequest), called once per request
     await scheduler.close()                      # every waiting/running caller gets SchedulerClosedError
 
@@ -18,6 +19,10 @@ counters, background share, metrics) and hands the chunks to the caller through 
 channel. Preempting a stream cancels its pump (which closes the backend stream, cancelling it at
 the server) and requeues the request; its next pump sends the kept text back as an assistant
 prefix, and the caller keeps reading the same channel, so it sees one seamless stream.
+
+Where the server lets clients choose the slot, every attempt is placed by ``slots.py`` (prompt
+caches kept warm). Every streamed gap feeds ``batch_cost.py``'s curve of how the batch size slows
+tokens, and before each decision the learned background limit is brought up to date.
 
 Timing comes from ``clock``. Queue-wait limits are enforced whenever the scheduler decides (arrivals,
 releases) and by a timer; code that drives a fake clock (tests, the simulator) calls ``tick`` after
@@ -37,6 +42,7 @@ import time
 
 from .accounting import Accounting
 from .backends.base import Answer, Backend, ChatRequest, StreamChunk, TokenUsage
+from .batch_cost import BackgroundLimiter, BatchCostModel, foreground_lanes
 from .errors import (
     LanesError,
     QueueFullError,
@@ -49,6 +55,7 @@ from .lanes import Lane
 from .policy import Preempt, create_policy
 from .run_state import QueuedRequest, RunState
 from .settings import QuotaAction, SchedulerSettings
+from .slots import SlotTable, prefix_keys
 from .snapshot import FinishedRequest, GenerateResult, SchedulerSnapshot, build_snapshot
 from .ticket import Ticket
 from .tokens import estimate_prompt_tokens
@@ -59,6 +66,8 @@ type Listener = Callable[[FinishedRequest], None]
 
 DEFAULT_WINDOW_S = 300.0
 """Sliding window of the metrics in snapshots."""
+PREPARE_HOLD_S = 10.0
+"""How long an announced voice command keeps room made for it (speech-to-text takes seconds)."""
 
 
 class Scheduler:
@@ -89,9 +98,17 @@ class Scheduler:
         self._tickets: dict[int, Ticket] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
+        self._cost_model = BatchCostModel(max(self._settings.max_sequences, 8))
+        self._limiter = BackgroundLimiter(self._cost_model)
         self._accounting = Accounting(
-            self._settings, share=self._state.share, window_s=window_s
+            self._settings,
+            share=self._state.share,
+            window_s=window_s,
+            state=self._state,
+            cost_model=self._cost_model,
         )
+        self._slots: SlotTable | None = None
+        self._resize_slots()
         self._pumps: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -112,7 +129,43 @@ class Scheduler:
         self._state.update_settings(settings)
         self._accounting.update_settings(settings)
         self._policy = create_policy(settings.policy)
+        self._resize_slots()
         self._dispatch()
+
+    def _resize_slots(self) -> None:
+        """Place requests on the server's slots where it lets us (and says how many it has)."""
+        settings = self._settings
+        slots = settings.server_slots
+        if not self._backend.chooses_slots or not slots:
+            self._slots = None
+            return
+        used = min(slots, max(settings.max_sequences, 1))
+        reserved = max(1, min(settings.headroom, used - 1)) if used > 1 else 0
+        if self._slots is None:
+            self._slots = SlotTable(used, reserved)
+        else:
+            self._slots.resize(used, reserved)
+
+    def prepare(
+        self, lane: Lane = Lane.VOICE, *, within_s: float = PREPARE_HOLD_S
+    ) -> None:
+        """Make room for a voice command announced before its text (a wake word was heard).
+
+        For ``within_s`` seconds (or until the command arrives) the scheduler acts as if voice
+        were waiting: long background prompts wait, background prefills and the streams beyond the
+        learned limit make way. Other lanes need no preparing.
+        """
+        if lane is not Lane.VOICE or self._closed:
+            return
+        self._state.voice_expected_until = max(
+            self._state.voice_expected_until, self._clock() + within_s
+        )
+        self._dispatch()
+
+    @property
+    def batch_cost(self) -> BatchCostModel:
+        """The learned curve of inter-token gap against sequences in flight."""
+        return self._cost_model
 
     def add_listener(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` once for every request that leaves the scheduler; return a remover."""
@@ -269,6 +322,8 @@ class Scheduler:
             else self._settings.lanes[lane].default_output_tokens
         )
         run_lane, error = self._admission(lane, requester, prompt, max_tokens, now)
+        if lane is Lane.VOICE:
+            self._state.voice_expected_until = float("-inf")  # it came
         ticket = Ticket(
             queued=QueuedRequest(
                 seq=seq,
@@ -283,6 +338,7 @@ class Scheduler:
             lane_stats=self._accounting.lane_stats[run_lane],
             requester_stats=self._accounting.stats_of(requester),
             sink=sink,
+            keys=prefix_keys(request) if self._slots is not None else None,
         )
         if error is not None:
             self._accounting.count_rejected(ticket)
@@ -340,17 +396,41 @@ class Scheduler:
                         lane=queued.lane.key, waited_s=now - queued.enqueued_at
                     )
                 )
+            self._update_background_limit(now)
             while (decision := self._policy.choose(state, now)) is not None:
                 if isinstance(decision, Preempt):
                     self._preempt(self._tickets[decision.victim.seq], now)
                 else:
-                    self._start(self._tickets[decision.request.seq], now)
+                    self._start(self._tickets[decision.request.seq], now, decision.rank)
         finally:
             self._dispatching = False
         self._arm_timer()
 
+    def _update_background_limit(self, now: float) -> None:
+        state = self._state
+        running = state.running_by_lane
+        lanes = foreground_lanes(
+            running,
+            tuple(state.queued_by_lane),
+            voice_expected=now < state.voice_expected_until,
+        )
+        state.learned_background_limit = self._limiter.update(
+            self._settings,
+            foreground_running=running[Lane.VOICE] + running[Lane.INTERACTIVE],
+            foreground_waiting=state.queued(Lane.VOICE)
+            + state.queued(Lane.INTERACTIVE),
+            others_running=running[Lane.AUTOMATION],
+            foreground_lanes=lanes,
+            now=now,
+        )
+
     def _arm_timer(self) -> None:
         when = self._state.next_expiry()
+        expected = self._state.voice_expected_until
+        if expected > self._clock() and (when is None or expected < when):
+            when = (
+                expected  # an announced command that did not come: let background go on
+            )
         if when == self._timer_at:
             return
         if self._timer is not None:
@@ -363,16 +443,23 @@ class Scheduler:
         self._timer = self._loop.call_later(delay, self.tick)
         self._timer_at = when
 
-    def _start(self, ticket: Ticket, now: float) -> None:
+    def _start(self, ticket: Ticket, now: float, rank: float) -> None:
         """Admit a request: take its slot, charge its prompt, start the pump for this attempt."""
         queued = ticket.queued
-        self._state.start(queued)
+        self._state.start(queued, rank)
         ticket.attempts += 1
         ticket.attempt_live = ticket.attempts
         if ticket.admitted_at is None:
             ticket.admitted_at = now
         self._accounting.charge_prompt(ticket, now)
         request = ticket.next_attempt()
+        if request is not None and self._slots is not None and ticket.keys is not None:
+            slot = self._slots.assign(
+                queued.seq, queued.lane, ticket.keys, previous=ticket.slot, now=now
+            )
+            if slot is not None:
+                ticket.slot = slot
+                request = replace(request, slot=slot)
         if request is None:
             # Preempted right after its last token: nothing is left to generate.
             self._state.release(queued)
@@ -393,6 +480,7 @@ class Scheduler:
         """Cancel a background stream at the server, keep its output and requeue it at the head."""
         queued = ticket.queued
         self._state.release(queued)
+        self._free_slot(ticket, now, cancelled=True)
         ticket.attempt_live = None
         if ticket.pump is not None:
             ticket.pump.cancel()
@@ -406,8 +494,13 @@ class Scheduler:
 
     def _release_slot(self, ticket: Ticket) -> None:
         if self._state.release(ticket.queued):
+            self._free_slot(ticket, self._clock(), cancelled=False)
             ticket.attempt_live = None
             self._dispatch()
+
+    def _free_slot(self, ticket: Ticket, now: float, *, cancelled: bool) -> None:
+        if self._slots is not None:
+            self._slots.release(ticket.queued.seq, now, cancelled=cancelled)
 
     # --- the server's side ---------------------------------------------------------------------------
 
@@ -452,7 +545,8 @@ class Scheduler:
     def _leave(self, ticket: Ticket) -> None:
         """Give back the queue place or the slot the request holds; no attempt may deliver now."""
         self._state.remove(ticket.queued)
-        self._state.release(ticket.queued)
+        if self._state.release(ticket.queued):
+            self._free_slot(ticket, self._clock(), cancelled=True)
         ticket.attempt_live = None
 
     def _finish(self, ticket: Ticket, outcome: str, error: str | None) -> None:

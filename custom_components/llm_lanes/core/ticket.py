@@ -15,6 +15,7 @@ from .backends.base import ChatRequest, StreamChunk
 from .lanes import LaneLimits
 from .metrics import GroupStats, request_itl_p95
 from .run_state import QueuedRequest
+from .slots import PrefixKeys
 from .snapshot import FinishedRequest
 
 
@@ -77,6 +78,7 @@ class Ticket:
         "counters",
         "first_token_at",
         "gaps",
+        "keys",
         "lane_stats",
         "last_token_at",
         "left_queue_at",
@@ -90,6 +92,7 @@ class Ticket:
         "request",
         "requester_stats",
         "sink",
+        "slot",
         "token_source",
         "usage_prompt",
     )
@@ -103,6 +106,7 @@ class Ticket:
         lane_stats: GroupStats,
         requester_stats: GroupStats,
         sink: list[FinishedRequest] | None,
+        keys: PrefixKeys | None = None,
     ) -> None:
         """Open a ticket for a request as it arrives."""
         self.queued = queued
@@ -116,6 +120,10 @@ class Ticket:
         self.requester_stats = requester_stats
         self.sink = sink
         """Where ``generate`` collects the finished record (None for streams)."""
+        self.keys = keys
+        """What its prompt shares with others (for slot placement; None: not placed)."""
+        self.slot: int | None = None
+        """The server slot its last attempt ran on."""
         self.channel = ChunkChannel()
         self.admitted_at: float | None = None
         self.left_queue_at: float | None = None

@@ -74,6 +74,9 @@ class ChatRequest:
     the server continues it. Chunks then carry only the new text."""
     priority: int | None = None
     """Server-side priority (vLLM ``--scheduling-policy priority``; lower runs first)."""
+    slot: int | None = None
+    """The server slot to run on, chosen by the scheduler where the server lets clients choose
+    (llama.cpp's ``id_slot``); the slot keeps the prompt in its cache for the next request."""
     options: dict[str, Any] = field(default_factory=dict)
     """Extra server-specific sampling options, passed through."""
 
@@ -85,6 +88,14 @@ class TokenUsage:
     prompt_tokens: int
     output_tokens: int
     source: Literal["server", "estimate"]
+    cached_prompt_tokens: int | None = None
+    """Prompt tokens the server took from its prompt cache instead of evaluating them (llama.cpp
+    ``timings.cache_n``, vLLM ``prompt_tokens_details.cached_tokens``); None where it does not say."""
+
+    @property
+    def evaluated_prompt_tokens(self) -> int:
+        """Prompt tokens the server evaluated (all of them where it reports no cache use)."""
+        return self.prompt_tokens - (self.cached_prompt_tokens or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +205,8 @@ class Backend(ABC):
 
     kind: ServerKind
     base_url: str
+    chooses_slots: bool = False
+    """Whether requests may name the server slot they run on (``ChatRequest.slot``)."""
 
     @abstractmethod
     async def server_info(self) -> ServerInfo:

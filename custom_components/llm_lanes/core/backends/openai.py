@@ -44,6 +44,10 @@ def server_fields(
         fields["add_generation_prompt"] = False
     if send_priority and request.priority is not None:
         fields["priority"] = request.priority
+    if request.slot is not None and kind is ServerKind.LLAMA_CPP:
+        # The slot keeps this prompt cached: the next request placed there reuses its prefix.
+        fields["id_slot"] = request.slot
+        fields["cache_prompt"] = True
     return fields
 
 
@@ -67,6 +71,7 @@ class OpenAIBackend(Backend):
         self.base_url = self._http.base_url
         self.send_priority = kind is ServerKind.VLLM
         """Whether requests carry ``priority``; turned off when the server refuses it."""
+        self.chooses_slots = kind is ServerKind.LLAMA_CPP
 
     # --- what the server is --------------------------------------------------------------
 

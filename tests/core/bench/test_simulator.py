@@ -61,7 +61,10 @@ async def test_openai_stream_shape(
         "prompt_tokens": 104,
         "completion_tokens": 12,
         "total_tokens": 116,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
+    # llama.cpp says in the last choice chunk what it evaluated and took from its cache.
+    assert events[-2]["timings"] == {"cache_n": 0, "prompt_n": 104, "predicted_n": 12}
 
 
 async def test_openai_non_stream_and_models(

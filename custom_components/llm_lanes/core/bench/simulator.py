@@ -36,6 +36,7 @@ from .sim_answers import (
     SimTool,
     count_prompt_tokens,
     plan_answer,
+    render_prompt,
 )
 from .sim_engine import Engine, EngineCosts, Sequence
 
@@ -84,6 +85,8 @@ class _ParsedChat:
     stream: bool
     include_usage: bool
     model: str
+    slot: int | None = None
+    """llama.cpp's ``id_slot`` (-1 or absent: the server picks)."""
 
 
 class SimulatedServer:
@@ -293,6 +296,7 @@ class SimulatedServer:
                 openai=True,
             )
         plan = self._plan(chat, prompt_tokens)
+        seq = self._submit(chat, prompt_tokens, plan)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
 
@@ -305,11 +309,23 @@ class SimulatedServer:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
 
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(plan.pieces),
-            "total_tokens": prompt_tokens + len(plan.pieces),
-        }
+        def usage() -> dict[str, Any]:
+            cached = seq.cached_prompt_tokens
+            return {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(plan.pieces),
+                "total_tokens": prompt_tokens + len(plan.pieces),
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+
+        def timings() -> dict[str, Any]:
+            cached = seq.cached_prompt_tokens
+            return {
+                "cache_n": cached,
+                "prompt_n": prompt_tokens - cached,
+                "predicted_n": len(plan.pieces),
+            }
+
         tool_calls = [
             {
                 "index": i,
@@ -323,7 +339,7 @@ class SimulatedServer:
             for i, call in enumerate(plan.tool_calls)
         ]
         if not chat.stream:
-            text = "".join([piece async for piece in self._run(prompt_tokens, plan)])
+            text = "".join([piece async for piece in self._run(seq, plan)])
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if tool_calls:
                 message["tool_calls"] = [
@@ -343,7 +359,8 @@ class SimulatedServer:
                             "finish_reason": plan.finish_reason,
                         }
                     ],
-                    "usage": usage,
+                    "usage": usage(),
+                    "timings": timings(),
                 }
             )
 
@@ -356,16 +373,19 @@ class SimulatedServer:
 
         try:
             await send(chunk({"role": "assistant", "content": None}, None))
-            async for piece in self._run(prompt_tokens, plan):
+            async for piece in self._run(seq, plan):
                 if piece:
                     await send(chunk({"content": piece}, None))
             if tool_calls:
                 await send(chunk({"tool_calls": tool_calls}, None))
-            await send(chunk({}, plan.finish_reason))
+            last = chunk({}, plan.finish_reason)
+            if self.config.kind == "llama_cpp":
+                last["timings"] = timings()
+            await send(last)
             if chat.include_usage:
                 final = chunk({}, None)
                 final["choices"] = []
-                final["usage"] = usage
+                final["usage"] = usage()
                 await send(final)
             await send("[DONE]")
             await response.write_eof()
@@ -450,6 +470,7 @@ class SimulatedServer:
             )
         prompt_tokens = count_prompt_tokens(chat.messages, chat.tools)
         plan = self._plan(chat, prompt_tokens)
+        seq = self._submit(chat, prompt_tokens, plan)
         started = time.monotonic_ns()
 
         def final(text: str) -> dict[str, Any]:
@@ -470,20 +491,21 @@ class SimulatedServer:
                 else "stop",
                 "total_duration": elapsed,
                 "load_duration": 0,
-                "prompt_eval_count": prompt_tokens,
+                # Ollama counts only the prompt tokens it evaluated (not those it had cached).
+                "prompt_eval_count": prompt_tokens - seq.cached_prompt_tokens,
                 "prompt_eval_duration": elapsed // 10,
                 "eval_count": len(plan.pieces),
                 "eval_duration": elapsed - elapsed // 10,
             }
 
         if not chat.stream:
-            text = "".join([piece async for piece in self._run(prompt_tokens, plan)])
+            text = "".join([piece async for piece in self._run(seq, plan)])
             return web.json_response(final(text))
 
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         try:
-            async for piece in self._run(prompt_tokens, plan):
+            async for piece in self._run(seq, plan):
                 if piece:
                     line = {
                         "model": chat.model,
@@ -524,9 +546,20 @@ class SimulatedServer:
             context_left=max(1, self.config.context_per_slot - prompt_tokens),
         )
 
-    async def _run(self, prompt_tokens: int, plan: AnswerPlan) -> AsyncIterator[str]:
-        """Run the plan through the engine, yielding each token's text as it is produced."""
-        seq: Sequence = self.engine.submit(prompt_tokens, len(plan.pieces))
+    def _submit(
+        self, chat: _ParsedChat, prompt_tokens: int, plan: AnswerPlan
+    ) -> Sequence:
+        """Queue the answer in the engine (on the named slot, where the client named one)."""
+        return self.engine.submit(
+            prompt_tokens,
+            len(plan.pieces),
+            prompt_text=render_prompt(chat.messages, chat.tools),
+            pieces=tuple(plan.pieces),
+            slot=chat.slot if self.config.kind == "llama_cpp" else None,
+        )
+
+    async def _run(self, seq: Sequence, plan: AnswerPlan) -> AsyncIterator[str]:
+        """Yield each token's text of a submitted answer as the engine produces it."""
         try:
             while (index := await seq.tokens.get()) is not None:
                 yield plan.pieces[index]
@@ -624,7 +657,12 @@ def _parse_openai(body: dict[str, Any]) -> _ParsedChat:
             (body.get("stream_options") or {}).get("include_usage", False)
         ),
         model=str(body.get("model") or ""),
+        slot=_slot(body.get("id_slot")),
     )
+
+
+def _slot(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _parse_ollama(body: dict[str, Any]) -> _ParsedChat:

@@ -106,7 +106,10 @@ class Accounting:
             ticket.lane_stats.output_rate.add(now, tokens, self._window_s)
             ticket.requester_stats.output_rate.add(now, tokens, self._window_s)
         if tokens or chunk.text or chunk.tool_calls:
-            ticket.queued.prefilling = False
+            if self._state is not None:
+                self._state.prefill_done(ticket.queued)
+            else:
+                ticket.queued.prefilling = False
             last = ticket.last_token_at
             if last is None:
                 ticket.first_token_at = now
@@ -136,12 +139,18 @@ class Accounting:
                 ticket.usage_prompt = usage.prompt_tokens
         if usage is not None and ticket.preemptions == 0:
             return chunk
+        cached = evaluated = None
+        if usage is not None and usage.cached_prompt_tokens is not None:
+            cached = ticket.cached_prompt + usage.cached_prompt_tokens
+            evaluated = ticket.evaluated_prompt + usage.prompt_tokens_evaluated
         return replace(
             chunk,
             usage=TokenUsage(
                 ticket.prompt_tokens,
                 ticket.output_tokens,
                 "server" if ticket.token_source == "server" else "estimate",
+                cached_prompt_tokens=cached,
+                evaluated_prompt_tokens=evaluated,
             ),
         )
 
@@ -177,7 +186,13 @@ class Accounting:
 
     @staticmethod
     def count_preempted(ticket: Ticket) -> None:
-        """Count a preemption of the request."""
+        """Count a preemption of the request (and the prompt its stopped attempt evaluated).
+
+        A stopped attempt reports no usage: if it got past its prompt, the server evaluated that
+        prompt (an estimate: part of it may have come from the cache).
+        """
+        if ticket.attempt_output:
+            ticket.evaluated_prompt += ticket.attempt_prompt
         ticket.preemptions += 1
         ticket.lane_stats.preemptions_total += 1
         ticket.requester_stats.preemptions_total += 1

@@ -162,6 +162,7 @@ class BackgroundLimiter:
         foreground_running: int,
         foreground_waiting: int,
         others_running: int,
+        background_running: int,
         foreground_lanes: tuple[Lane, ...],
         now: float,
     ) -> int | None:
@@ -177,13 +178,15 @@ class BackgroundLimiter:
             return None
         objective = min(settings.lanes[lane].itl_slo_s for lane in foreground_lanes)
         bound = min(objective, settings.foreground_slowdown * alone)
-        current = self._limit
+        # Streams already running keep their slot while within the bound; more are let in only
+        # while the prediction stays clearly under it.
+        current = self._limit if self._limit is not None else background_running
         allowed = 0
         for extra in range(1, max(settings.max_sequences, 1) + 1):
             predicted = self.model.itl(foreground + others_running + extra, now)
             if predicted is None:
                 break
-            rising = current is None or extra > current
+            rising = extra > current
             if predicted > (bound * RAISE_MARGIN if rising else bound):
                 break
             allowed = extra

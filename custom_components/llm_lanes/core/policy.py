@@ -98,15 +98,17 @@ class SchedulingPolicy(ABC):
 def has_room(state: RunState, request: QueuedRequest) -> bool:
     """Whether the shared capacity takes the request: a free slot and room in the prefill budget.
 
-    An idle server takes any request: one larger than the whole budget runs alone rather than never.
+    The budget bounds the prompt tokens the server prefills at once (vLLM's max batched tokens):
+    a prompt counts from admission to its first token. With nothing in prefill any prompt may
+    start: one larger than the whole budget is prefilled alone rather than never.
     """
     in_flight = state.in_flight
     if not in_flight:
         return True
     settings = state.settings
-    return (
-        in_flight < max(settings.max_sequences, 1)
-        and state.prompt_in_flight + request.prompt_tokens <= settings.prefill_budget
+    return in_flight < max(settings.max_sequences, 1) and (
+        not state.prefill_in_flight
+        or state.prefill_in_flight + request.prompt_tokens <= settings.prefill_budget
     )
 
 
@@ -130,18 +132,18 @@ class LanesPolicy(SchedulingPolicy):
 
     def choose(self, state: RunState, now: float) -> Decision:
         """Decide what happens next: admit a waiting request, preempt a stream, or wait."""
-        if not state.waiting:
-            return None
         settings = state.settings
-        max_sequences = max(settings.max_sequences, 1)
-        headroom = min(max(settings.headroom, 0), max_sequences - 1)
         running_by_lane = state.running_by_lane
         voice_active = voice_is_active(state, now)
         limit = background_limit(state, now)
-        if settings.preemption:
+        if settings.preemption and running_by_lane[Lane.BACKGROUND]:
             victim = _yield_to_foreground(state, voice_active=voice_active, limit=limit)
             if victim is not None:
                 return Preempt(victim)
+        if not state.waiting:
+            return None
+        max_sequences = max(settings.max_sequences, 1)
+        headroom = min(max(settings.headroom, 0), max_sequences - 1)
         for rank, request in _candidates(state, now):
             lane = request.lane
             if lane is Lane.BACKGROUND:
@@ -269,10 +271,12 @@ def _victim(
         return None
     settings = state.settings
     if state.in_flight < max(settings.max_sequences, 1):
-        # Blocked by the prefill budget: preempt only if dropping background makes it fit.
-        others = state.prompt_in_flight - sum(r.prompt_tokens for r in victims)
-        if len(victims) < state.in_flight and others + request.prompt_tokens > (
-            settings.prefill_budget
+        # Blocked by the prefill budget: only background prompts still in prefill are in the
+        # way, and preempting them helps only if the request fits once they are gone.
+        victims = [r for r in victims if r.prefilling]
+        others = state.prefill_in_flight - sum(r.prompt_tokens for r in victims)
+        if not victims or (
+            others and others + request.prompt_tokens > settings.prefill_budget
         ):
             return None
     return min(victims, key=lambda r: (r.output_tokens, -r.seq))

@@ -6,7 +6,8 @@ This is the bookkeeping the policy (``policy.py``) decides on; it decides nothin
   (for aging) and per requester (for fairness), plus one arrival order across lanes (for ``fifo``);
 - per lane, a heap of backlogged requesters keyed by their Virtual Token Counter, and the counters;
 - the expiry heap of the waiting requests' wait limits;
-- the running requests, the slots and the prompt tokens they hold;
+- the running requests, the slots and the prompt tokens they hold (and of those, the prompts the
+  server is still prefilling);
 - the background share's sliding window of weighted service;
 - what the scheduler tells it of the near future: an announced voice command and the learned
   limit on background streams beside foreground work.
@@ -166,6 +167,10 @@ class RunState:
         self.waiting = 0
         self.in_flight = 0
         self.prompt_in_flight = 0
+        """Prompt tokens of the running requests."""
+        self.prefill_in_flight = 0
+        """Prompt tokens of the running requests the server is still prefilling (no token yet):
+        what the prefill budget bounds."""
         self.queued_by_lane = [0] * len(_LANES)
         """Waiting requests per lane (indexed by ``Lane``)."""
         self.running_by_lane = [0] * len(_LANES)
@@ -301,6 +306,7 @@ class RunState:
         request.prefilling = True
         self.in_flight += 1
         self.prompt_in_flight += request.prompt_tokens
+        self.prefill_in_flight += request.prompt_tokens
         self.running_by_lane[request.lane] += 1
         self.running[request.seq] = request
         self.started_total += 1
@@ -310,13 +316,19 @@ class RunState:
         if not request.running:
             return False
         request.running = False
-        request.prefilling = False
+        self.prefill_done(request)
         self.in_flight -= 1
         self.prompt_in_flight -= request.prompt_tokens
         self.running_by_lane[request.lane] -= 1
         del self.running[request.seq]
         self.released_total += 1
         return True
+
+    def prefill_done(self, request: QueuedRequest) -> None:
+        """Mark a running request's prompt done (the server sent its first token)."""
+        if request.prefilling:
+            request.prefilling = False
+            self.prefill_in_flight -= request.prompt_tokens
 
     # --- what the policy reads ---------------------------------------------------------------------
 

@@ -420,6 +420,7 @@ class Scheduler:
             foreground_waiting=state.queued(Lane.VOICE)
             + state.queued(Lane.INTERACTIVE),
             others_running=running[Lane.AUTOMATION],
+            background_running=running[Lane.BACKGROUND],
             foreground_lanes=lanes,
             now=now,
         )
@@ -515,7 +516,10 @@ class Scheduler:
             async for chunk in iterator:
                 if ticket.attempt_live != attempt:
                     return
+                prefilling = ticket.queued.prefilling
                 accounting.charge_chunk(ticket, chunk, self._clock())
+                if prefilling and not ticket.queued.prefilling and self._state.waiting:
+                    self._dispatch()  # its prompt left the prefill budget
                 if chunk.done:
                     final = accounting.settle(ticket, chunk)
                     self._release_slot(ticket)

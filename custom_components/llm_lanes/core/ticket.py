@@ -74,6 +74,8 @@ class Ticket:
         "attempt_output",
         "attempt_prompt",
         "attempts",
+        "cached_prompt",
+        "evaluated_prompt",
         "channel",
         "counters",
         "first_token_at",
@@ -141,6 +143,9 @@ class Ticket:
         self.output_adjust = 0
         """Server-reported output tokens minus those counted while streaming."""
         self.usage_prompt: int | None = None
+        self.cached_prompt = 0
+        self.evaluated_prompt = 0
+        """Prompt tokens earlier, preempted attempts took from the cache and evaluated."""
         self.token_source = "estimate"
         self.preemptions = 0
         self.pump: asyncio.Task[None] | None = None

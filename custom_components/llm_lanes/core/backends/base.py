@@ -91,10 +91,15 @@ class TokenUsage:
     cached_prompt_tokens: int | None = None
     """Prompt tokens the server took from its prompt cache instead of evaluating them (llama.cpp
     ``timings.cache_n``, vLLM ``prompt_tokens_details.cached_tokens``); None where it does not say."""
+    evaluated_prompt_tokens: int | None = None
+    """Prompt tokens the server evaluated, over every attempt of a request that was preempted and
+    resumed (its resumptions' prompts included); None: ``prompt_tokens`` minus the cached ones."""
 
     @property
-    def evaluated_prompt_tokens(self) -> int:
+    def prompt_tokens_evaluated(self) -> int:
         """Prompt tokens the server evaluated (all of them where it reports no cache use)."""
+        if self.evaluated_prompt_tokens is not None:
+            return self.evaluated_prompt_tokens
         return self.prompt_tokens - (self.cached_prompt_tokens or 0)
 
 

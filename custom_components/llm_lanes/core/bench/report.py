@@ -214,10 +214,11 @@ def _cache_use(records: Sequence[RequestRecord]) -> dict[str, int | None]:
     reported = [r for r in records if r.cached_prompt_tokens is not None]
     if not reported:
         return {"prompt_tokens_evaluated": None, "prompt_tokens_cached": None}
-    cached = sum(r.cached_prompt_tokens or 0 for r in reported)
     return {
-        "prompt_tokens_evaluated": sum(r.prompt_tokens for r in reported) - cached,
-        "prompt_tokens_cached": cached,
+        "prompt_tokens_evaluated": sum(
+            r.evaluated_prompt_tokens or 0 for r in reported
+        ),
+        "prompt_tokens_cached": sum(r.cached_prompt_tokens or 0 for r in reported),
     }
 
 

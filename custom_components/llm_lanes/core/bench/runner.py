@@ -63,6 +63,8 @@ class RequestRecord:
     output_tokens: int = 0
     cached_prompt_tokens: int | None = None
     """Prompt tokens the server took from its cache (where it says)."""
+    evaluated_prompt_tokens: int | None = None
+    """Prompt tokens the server evaluated, resumptions after preemptions included (where it says)."""
 
     @property
     def gaps(self) -> list[float]:
@@ -401,6 +403,10 @@ class _Run:
                         record.prompt_tokens = chunk.usage.prompt_tokens
                         record.output_tokens = chunk.usage.output_tokens
                         record.cached_prompt_tokens = chunk.usage.cached_prompt_tokens
+                        if chunk.usage.cached_prompt_tokens is not None:
+                            record.evaluated_prompt_tokens = (
+                                chunk.usage.prompt_tokens_evaluated
+                            )
                     break
             if not record.output_tokens:
                 record.output_tokens = sum(record.token_counts)

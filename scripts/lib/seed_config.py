@@ -1,12 +1,19 @@
-"""Create the LLM Lanes config entry of ``scripts/develop`` against a running server.
+"""Write what ``scripts/develop`` stores in a config folder before Home Assistant starts.
 
-It asks the server what it is with the integration's own probe (the config flow's check), then
-stores a config entry (with a conversation agent and an AI Task subentry) through Home Assistant's
-own ``ConfigEntry`` and ``Store`` classes, in the format Home Assistant loads at start. When the
-config folder already holds the entry made for the simulator (same kind and model, on this
-machine), only its URL is brought up to date (the simulator may run on another port this time).
+All three go through Home Assistant's own storage classes, in the format it loads at start:
 
-    python scripts/lib/seed_entry.py CONFIG_DIR URL
+- the HTTP server (host and port): Home Assistant 2026.10 keeps it in ``.storage/http`` (what
+  *Settings → System → Network* edits) and raises a repair for an ``http:`` block in YAML;
+- onboarding's core-config step marked done: ``configuration.yaml`` already holds the core config,
+  and that step is the one that sets up Google Translate, Met.no and Radio Browser, which fail with
+  no internet (the owner account is still created in the UI);
+- with a URL, the LLM Lanes config entry (a conversation agent and an AI Task subentry) against the
+  server at that URL, after asking it what it is with the integration's own probe (the config
+  flow's check). When the folder already holds the entry made for the simulator (same kind and
+  model, on this machine), only its URL is brought up to date (the simulator may run on another
+  port this time).
+
+    python scripts/lib/seed_config.py CONFIG_DIR HTTP_PORT [URL]
 """
 
 from __future__ import annotations
@@ -19,6 +26,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from homeassistant import config_entries
+from homeassistant.components.http.config import HTTP_STORAGE_SCHEMA, HTTPConfigStore
+from homeassistant.components.http.const import CONF_SERVER_HOST, CONF_SERVER_PORT
+from homeassistant.components.onboarding import (
+    STORAGE_KEY as ONBOARDING_STORAGE_KEY,
+    STORAGE_VERSION as ONBOARDING_STORAGE_VERSION,
+    OnboardingStorage,
+)
+from homeassistant.components.onboarding.const import STEP_CORE_CONFIG
 from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import llm
@@ -39,12 +54,34 @@ from custom_components.llm_lanes.const import (  # noqa: E402
 )
 from custom_components.llm_lanes.entity import SERVER_KIND_NAMES  # noqa: E402
 
+HTTP_HOST = "127.0.0.1"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
-async def seed(config_dir: Path, url: str) -> str:
+async def seed_http(hass: HomeAssistant, port: int) -> None:
+    """Serve on HTTP_HOST:port, as if set in Settings → System → Network and confirmed."""
+    store = HTTPConfigStore(hass)
+    await store.async_set_pending(
+        HTTP_STORAGE_SCHEMA({CONF_SERVER_HOST: [HTTP_HOST], CONF_SERVER_PORT: port})
+    )
+    if store.pending is not None:
+        await store.async_promote_pending()
+    await store.async_mark_yaml_migration_done()
+
+
+async def seed_onboarding(hass: HomeAssistant) -> None:
+    """Mark onboarding's core-config step done (configuration.yaml holds the core config)."""
+    store = OnboardingStorage(
+        hass, ONBOARDING_STORAGE_VERSION, ONBOARDING_STORAGE_KEY, private=True
+    )
+    data = await store.async_load() or {"done": []}
+    if STEP_CORE_CONFIG not in data["done"]:
+        data["done"].append(STEP_CORE_CONFIG)
+        await store.async_save(data)
+
+
+async def seed_entry(hass: HomeAssistant, url: str) -> str:
     """Write the entry unless one exists; return what happened."""
-    hass = HomeAssistant(str(config_dir))
     store: Store[dict[str, list[dict[str, object]]]] = Store(
         hass,
         config_entries.STORAGE_VERSION,
@@ -71,7 +108,6 @@ async def seed(config_dir: Path, url: str) -> str:
                 existing["unique_id"] = probed.info.unique_id
                 await store.async_save(stored)
                 result = f"{existing['title']} now points at {url}"
-            await hass.async_stop(force=True)
             return result
     model = (
         probed.info.loaded_models[0]
@@ -105,14 +141,28 @@ async def seed(config_dir: Path, url: str) -> str:
     )
     stored["entries"].append(entry.as_dict())
     await store.async_save(stored)
-    await hass.async_stop(force=True)
     return f"created {entry.title} for {url}"
 
 
+async def seed(config_dir: Path, http_port: int, url: str | None) -> None:
+    """Write the HTTP server, onboarding's state and (with a URL) the entry."""
+    hass = HomeAssistant(str(config_dir))
+    await seed_http(hass, http_port)
+    await seed_onboarding(hass)
+    if url is not None:
+        print(await seed_entry(hass, url), flush=True)
+    await hass.async_stop(force=True)
+
+
+def run(config_dir: Path, http_port: int, url: str | None) -> None:
+    """Seed a config folder (what the command line does)."""
+    asyncio.run(seed(config_dir, http_port, url))
+
+
 def main() -> int:
-    """Seed the entry named on the command line."""
-    config_dir, url = Path(sys.argv[1]), sys.argv[2]
-    print(asyncio.run(seed(config_dir, url)))  # noqa: T201
+    """Seed the config folder named on the command line."""
+    config_dir, http_port = Path(sys.argv[1]), int(sys.argv[2])
+    run(config_dir, http_port, sys.argv[3] if len(sys.argv) > 3 else None)
     return 0
 
 

@@ -27,7 +27,11 @@ from urllib.parse import urlsplit
 import aiohttp
 from homeassistant import config_entries
 from homeassistant.components.http.config import HTTP_STORAGE_SCHEMA, HTTPConfigStore
-from homeassistant.components.http.const import CONF_SERVER_HOST, CONF_SERVER_PORT
+from homeassistant.components.http.const import (
+    CONF_IP_BAN_ENABLED,
+    CONF_SERVER_HOST,
+    CONF_SERVER_PORT,
+)
 from homeassistant.components.onboarding import (
     STORAGE_KEY as ONBOARDING_STORAGE_KEY,
     STORAGE_VERSION as ONBOARDING_STORAGE_VERSION,
@@ -59,10 +63,21 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
 async def seed_http(hass: HomeAssistant, port: int) -> None:
-    """Serve on HTTP_HOST:port, as if set in Settings → System → Network and confirmed."""
+    """Serve on HTTP_HOST:port, as if set in Settings → System → Network and confirmed.
+
+    IP bans are off: on loopback they could only ban the developer. With them on, the onboarding
+    page's first request (its installation type, which Home Assistant refuses once any step is
+    done, here the core config) is logged as a failed login and raises a notification.
+    """
     store = HTTPConfigStore(hass)
     await store.async_set_pending(
-        HTTP_STORAGE_SCHEMA({CONF_SERVER_HOST: [HTTP_HOST], CONF_SERVER_PORT: port})
+        HTTP_STORAGE_SCHEMA(
+            {
+                CONF_SERVER_HOST: [HTTP_HOST],
+                CONF_SERVER_PORT: port,
+                CONF_IP_BAN_ENABLED: False,
+            }
+        )
     )
     if store.pending is not None:
         await store.async_promote_pending()

@@ -6,8 +6,8 @@
 The first form serves ``config/`` until Ctrl-C. ``--check`` starts the same thing in a fresh config
 folder on free ports, then checks it as a newcomer would find it: an owner is created through the
 onboarding API, Home Assistant's REST API must show the LLM Lanes entry loaded, its entities with
-states and its conversation agent answering; after the stop, the log must hold no ERROR or WARNING
-line. ``tests/e2e`` starts its Home Assistant with the same class.
+states, its conversation agent answering and ``llm_lanes.summarize`` summarizing the recorder's
+history of two of its sensors; after the stop, the log must hold no ERROR or WARNING line. ``tests/e2e`` starts its Home Assistant with the same class.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class Api:
 
 
 def check_running(instance: DevInstance) -> None:
-    """Fail unless the LLM Lanes entry is loaded, has entities and its agent answers."""
+    """Fail unless the LLM Lanes entry is loaded, has entities, its agent answers, summaries run."""
     instance.wait_for_http()
     api = Api(instance.url)
     wait_until(
@@ -274,6 +274,15 @@ def check_running(instance: DevInstance) -> None:
     say(f"{agents[0]} answered {speech[:60]!r}")
     if answer["response"]["response_type"] == "error" or not speech:
         raise SystemExit(f"the agent did not answer: {answer}")
+    # The recorder's history of two sensors, summarized now (the nightly job path).
+    sensors = [eid for eid in entities if eid.startswith("sensor.")][:2]
+    summary = api.post(
+        "/api/services/llm_lanes/summarize?return_response",
+        {"entity_ids": sensors, "look_back": "01:00:00", "run_now": True, "wait": True},
+    )["service_response"]
+    say(f"summary of {sensors}: {summary['status']}, {summary['output_tokens']} tokens")
+    if summary["status"] != "done" or not summary["text"]:
+        raise SystemExit(f"the summary of {sensors} did not run: {summary}")
 
 
 def check() -> int:

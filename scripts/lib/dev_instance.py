@@ -105,20 +105,21 @@ class DevInstance:
             link.symlink_to(REPO / "custom_components" / "llm_lanes")
 
         say(f"simulated LLM server on {self.sim_url} ({self.sim_slots} slots)")
-        sim_log = (self.config_dir / "simulator.log").open("wb")
-        self._spawn(
-            "custom_components.llm_lanes.core.bench.simulator",
-            *("--port", str(self.sim_port), "--slots", str(self.sim_slots)),
-            *("--speed", str(self.sim_speed)),
-            stdout=sim_log,
-        )
+        with (self.config_dir / "simulator.log").open("wb") as sim_log:
+            self._spawn(
+                "custom_components.llm_lanes.core.bench.simulator",
+                *("--port", str(self.sim_port), "--slots", str(self.sim_slots)),
+                *("--speed", str(self.sim_speed)),
+                stdout=sim_log,
+            )
         wait_until(
             lambda: http_status(f"{self.sim_url}/health") == 200,
             self._processes[0],
             "the simulator",
         )
 
-        say("HTTP server, onboarding and LLM Lanes entry in .storage")
+        entry = " and the LLM Lanes entry" if self.seed_entry else ""
+        say(f"HTTP server, onboarding{entry} in .storage")
         seed_config.run(
             self.config_dir, self.ha_port, self.sim_url if self.seed_entry else None
         )

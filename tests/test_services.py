@@ -15,6 +15,7 @@ import probatio
 import pytest
 from pytest_homeassistant_custom_component.common import (
     MockConfigEntry,
+    MockUser,
     async_capture_events,
 )
 
@@ -77,7 +78,7 @@ async def test_generate_returns_text_tokens_and_timings(
 
 
 async def test_generate_lane_and_requester(
-    hass: HomeAssistant, init_integration: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry, hass_admin_user: MockUser
 ) -> None:
     """The caller picks the lane and the requester; a user call defaults to the user."""
     entry_id = init_integration.entry_id
@@ -90,9 +91,9 @@ async def test_generate_lane_and_requester(
     )
     assert (response["lane"], response["requester"]) == ("background", "kitchen_tablet")
     response = await _generate(
-        hass, Context(user_id="u9"), config_entry_id=entry_id, prompt="Hi"
+        hass, Context(user_id=hass_admin_user.id), config_entry_id=entry_id, prompt="Hi"
     )
-    assert response["requester"] == "user:u9"
+    assert response["requester"] == f"user:{hass_admin_user.id}"
 
 
 async def test_generate_validation(
@@ -216,9 +217,9 @@ async def test_summarize_now_and_wait(
 
 
 async def test_text_over_the_context_limit_is_trimmed_with_a_note(
-    hass: HomeAssistant, entry: MockConfigEntry, manager: JobManager
+    hass: HomeAssistant, entry: MockConfigEntry, manager: JobManager, sim: SimulatedServer
 ) -> None:
-    """A text far over the lane's context limit is cut, and the job and event say so."""
+    """A text far over the lane's context limit is cut, and the prompt, job and event say so."""
     events = async_capture_events(hass, EVENT_SUMMARY_READY)
     finished = finished_requests(entry)
     long_text = "The garage door opened and closed again. " * 400
@@ -230,8 +231,9 @@ async def test_text_over_the_context_limit_is_trimmed_with_a_note(
     note = response["prompt_note"]
     assert note is not None and f"context limit of {CONTEXT_LIMIT} tokens" in note
     job = manager.get(response["job_id"])
-    assert job.prompt.endswith(f"({note})")
+    assert sim.requests_seen[-1]["messages"][-1]["content"].endswith(f"({note})")
     assert job.prompt_tokens_estimate <= CONTEXT_LIMIT
+    assert job.prompt == ""  # a finished job keeps no prompt
     [request] = finished
     assert request.outcome == "ok"
     await hass.async_block_till_done()

@@ -217,7 +217,10 @@ async def test_summarize_now_and_wait(
 
 
 async def test_text_over_the_context_limit_is_trimmed_with_a_note(
-    hass: HomeAssistant, entry: MockConfigEntry, manager: JobManager, sim: SimulatedServer
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    manager: JobManager,
+    sim: SimulatedServer,
 ) -> None:
     """A text far over the lane's context limit is cut, and the prompt, job and event say so."""
     events = async_capture_events(hass, EVENT_SUMMARY_READY)

@@ -295,13 +295,7 @@ async def _async_requester(
 def _refuse_unless_fits(
     entry: LLMLanesConfigEntry, lane: Lane, prompt_tokens: int, output_tokens: int
 ) -> None:
-    """Refuse, with the numbers, a request its lane or the server's context cannot take."""
-    limits = entry.runtime_data.scheduler.settings.lanes[lane]
-    breach = limits.refusal(
-        lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
-    )
-    if breach is not None:
-        raise validation_error(breach.translation_key, **breach.placeholders)
+    """Refuse, with the numbers, a request the server's context or its lane cannot take."""
     context = entry.runtime_data.server.context_per_slot
     if context is not None and prompt_tokens + output_tokens > context:
         raise validation_error(
@@ -310,6 +304,12 @@ def _refuse_unless_fits(
             output_tokens=str(output_tokens),
             context=str(context),
         )
+    limits = entry.runtime_data.scheduler.settings.lanes[lane]
+    breach = limits.refusal(
+        lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
+    )
+    if breach is not None:
+        raise validation_error(breach.translation_key, **breach.placeholders)
 
 
 async def async_generate(call: ServiceCall) -> ServiceResponse:

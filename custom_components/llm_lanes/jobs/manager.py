@@ -536,15 +536,16 @@ class JobManager:
     def _prune(self, now: datetime) -> None:
         """Forget finished jobs older than the retention period, and past ``MAX_FINISHED_JOBS``."""
         cutoff = now - timedelta(days=self._settings.retention_days)
+        # Oldest first (the store keeps jobs in the order they came).
         finished = sorted(
             (job for job in self._jobs.values() if job.status.finished),
             key=lambda job: job.finished_at or job.created_at,
-            reverse=True,
         )
+        excess = len(finished) - MAX_FINISHED_JOBS
         old = [
             job.id
             for index, job in enumerate(finished)
-            if index >= MAX_FINISHED_JOBS
+            if index < excess
             or (job.finished_at is not None and job.finished_at < cutoff)
         ]
         for job_id in old:

@@ -6,7 +6,12 @@ and ``cancel_job``: jobs queued, trimmed, run, listed and cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+import threading
 from typing import Any
+from unittest.mock import patch
 
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.core import Context, HomeAssistant
@@ -22,6 +27,7 @@ from pytest_homeassistant_custom_component.common import (
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from custom_components.llm_lanes.core.bench.workload import SCENARIO_DIR
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
@@ -136,19 +142,49 @@ async def test_generate_quota_and_closed(
 # --- run_benchmark ------------------------------------------------------------------------------
 
 
+@contextmanager
+def _scenario_files_read_in_the_loop() -> Iterator[list[str]]:
+    """Record the scenario files read (or looked for) in the event loop's thread."""
+    loop_thread = threading.get_ident()
+    found: list[str] = []
+
+    def spy(name: str) -> Callable[..., Any]:
+        original = getattr(Path, name)
+
+        def call(self: Path, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == loop_thread and SCENARIO_DIR in (
+                self,
+                *self.parents,
+            ):
+                found.append(f"{name} {self.name}")
+            return original(self, *args, **kwargs)
+
+        return call
+
+    with patch.multiple(
+        Path, **{name: spy(name) for name in ("exists", "glob", "open", "read_text")}
+    ):
+        yield found
+
+
 async def test_run_benchmark_recommends_and_applies(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
-    """A short calibration on the simulated server returns a table and applies the pick."""
-    response = await async_call_action(
-        hass,
-        "run_benchmark",
-        config_entry_id=init_integration.entry_id,
-        scenario="voice_vs_background",
-        duration_s=1,
-        apply=True,
-        force=True,
-    )
+    """A short calibration on the simulated server returns a table and applies the pick.
+
+    The scenario file is read outside the event loop.
+    """
+    with _scenario_files_read_in_the_loop() as read_in_the_loop:
+        response = await async_call_action(
+            hass,
+            "run_benchmark",
+            config_entry_id=init_integration.entry_id,
+            scenario="voice_vs_background",
+            duration_s=1,
+            apply=True,
+            force=True,
+        )
+    assert read_in_the_loop == []
     # max sequences 1, 2 (the server's slots) x 2 budgets
     assert len(response["rows"]) == 4
     assert response["recommended"]

@@ -38,7 +38,7 @@ from tests.support.llamacpp import MODEL_ALIAS, LlamaServer
 
 from .support.entities import state_of
 from .support.entries import async_set_up, server_entry
-from .support.requests import async_call_action, async_wait_for
+from .support.requests import async_call_action, async_generate, async_wait_for
 
 OFF_WITHIN_S = 2.0
 BACK_WITHIN = timedelta(seconds=5)
@@ -81,6 +81,22 @@ async def test_a_request_that_cannot_connect_marks_the_server_down_at_once(
         assert _reachable(hass, entry) == STATE_ON
         assert server.update_interval == SERVER_POLL_INTERVAL
         assert server.unreachable_since is None
+        assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_a_request_that_succeeds_while_the_server_shows_down_polls_it(
+    hass: HomeAssistant, sim: SimulatedServer, init_integration: MockConfigEntry
+) -> None:
+    """A request that gets an answer while the server shows as down has it polled at once."""
+    entry = init_integration
+    port = sim.port
+    await sim.stop()
+    await entry.runtime_data.server.async_refresh()
+    assert _reachable(hass, entry) == STATE_OFF
+    async with SimulatedServer(replace(sim.config, port=port)):
+        await async_generate(entry, requester="automation:automation.x")
+        await hass.async_block_till_done(wait_background_tasks=True)
+        assert _reachable(hass, entry) == STATE_ON
         assert await hass.config_entries.async_unload(entry.entry_id)
 
 

@@ -7,12 +7,15 @@ admin, and a call without a user (an automation), may do all of it.
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.exceptions import ServiceValidationError, Unauthorized, UnknownUser
+from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, MockUser
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
@@ -177,3 +180,19 @@ async def test_an_unknown_user_is_refused(hass: HomeAssistant) -> None:
         await async_call_action(
             hass, "summarize", Context(user_id="no-such-user"), text="x"
         )
+
+
+async def test_a_rest_caller_who_may_not_is_told_401(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    hass_client: ClientSessionGenerator,
+    hass_read_only_access_token: str,
+) -> None:
+    """Home Assistant's REST API answers ``Unauthorized`` with HTTP 401."""
+    assert await async_setup_component(hass, "api", {})
+    client = await hass_client(hass_read_only_access_token)
+    response = await client.post(
+        "/api/services/llm_lanes/run_benchmark?return_response",
+        json={"config_entry_id": init_integration.entry_id, "apply": True},
+    )
+    assert response.status == HTTPStatus.UNAUTHORIZED

@@ -295,7 +295,17 @@ async def _async_requester(
 def _refuse_unless_fits(
     entry: LLMLanesConfigEntry, lane: Lane, prompt_tokens: int, output_tokens: int
 ) -> None:
-    """Refuse, with the numbers, a request the server's context or its lane cannot take."""
+    """Refuse, with the numbers, a request its lane or the server's context cannot take.
+
+    An answer longer than the lane allows is named first (the caller's own number), then a
+    request the server's context cannot hold, then a prompt over the lane's limit.
+    """
+    limits = entry.runtime_data.scheduler.settings.lanes[lane]
+    breach = limits.refusal(
+        lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
+    )
+    if breach is not None and breach.limit == "max_output_tokens":
+        raise validation_error(breach.translation_key, **breach.placeholders)
     context = entry.runtime_data.server.context_per_slot
     if context is not None and prompt_tokens + output_tokens > context:
         raise validation_error(
@@ -304,10 +314,6 @@ def _refuse_unless_fits(
             output_tokens=str(output_tokens),
             context=str(context),
         )
-    limits = entry.runtime_data.scheduler.settings.lanes[lane]
-    breach = limits.refusal(
-        lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
-    )
     if breach is not None:
         raise validation_error(breach.translation_key, **breach.placeholders)
 

@@ -566,18 +566,28 @@ async def test_jobs_wait_while_the_server_is_unreachable(
     await manager.async_stop()
 
 
-@pytest.mark.usefixtures("night")
 async def test_a_waiting_caller_is_answered_when_the_job_backs_off(
-    scheduler: LoadedScheduler, start_manager: StartManager
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
 ) -> None:
-    """A failed attempt hands the job back to its waiting caller: queued, the reason, the error."""
+    """A failed attempt hands the job back to a caller who asked: queued, the reason, the error.
+
+    A caller who did not ask goes on waiting, until the retry is done.
+    """
     scheduler.failures = [ServerBusyError("busy", status=503)]
     manager = await start_manager()
     job = await manager.async_submit(spec(run_now=True))
+    patient = hass.async_create_task(manager.async_wait(job.id, 3600))
     waited = await manager.async_wait(job.id, 3600, answer_long_waits=True)
     assert waited.status is JobStatus.QUEUED
     assert waited.wait_reason is WaitReason.RETRY_BACKOFF
     assert waited.last_error is not None and "busy" in waited.last_error
+    assert not patient.done()
+
+    await move_to(hass, night, local_time(30, 2, 1, 10))
+    assert (await patient).status is JobStatus.DONE
 
 
 @pytest.mark.usefixtures("night")

@@ -117,6 +117,13 @@ async def test_generate_validation(
     with pytest.raises(ServiceValidationError) as err:
         await _generate(hass, config_entry_id=entry_id, prompt="x", max_tokens=100000)
     assert err.value.translation_key == "limit_exceeded"
+    with pytest.raises(ServiceValidationError) as err:
+        await _generate(
+            hass, config_entry_id=entry_id, prompt="abc " * 9000, lane="voice"
+        )
+    assert err.value.translation_key == "limit_exceeded"
+    assert err.value.translation_placeholders is not None
+    assert err.value.translation_placeholders["limit"] == "max_prompt_tokens"
 
 
 async def test_generate_quota_and_closed(

@@ -409,3 +409,20 @@ async def test_summarize_entities_needs_the_recorder(hass: HomeAssistant) -> Non
     with pytest.raises(ServiceValidationError) as err:
         await async_call_action(hass, "summarize", entity_ids=["sensor.door"])
     assert err.value.translation_key == "recorder_not_loaded"
+
+
+async def test_an_unnamed_job_is_charged_to_who_asked(
+    hass: HomeAssistant, manager: JobManager, hass_admin_user: MockUser
+) -> None:
+    """No ``job:<uuid>`` requester: an unnamed job is the caller's, or ``job``; a name is a slug."""
+    manager.set_paused(True)
+    by_user = await async_call_action(
+        hass, "summarize", Context(user_id=hass_admin_user.id), text="Porch light."
+    )
+    assert by_user["requester"] == f"user:{hass_admin_user.id}"
+    by_nobody = await async_call_action(hass, "summarize", text="Porch light.")
+    assert by_nobody["requester"] == "job"
+    named = await async_call_action(
+        hass, "summarize", text="Porch light.", name="Evening digest"
+    )
+    assert named["requester"] == "job:evening_digest"

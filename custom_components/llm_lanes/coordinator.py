@@ -39,9 +39,7 @@ from .core.errors import (
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
-    FirstTokenTimeoutError,
     StreamClosedError,
-    StreamIdleTimeoutError,
 )
 from .core.scheduler import Scheduler
 from .core.snapshot import FinishedRequest, SchedulerSnapshot
@@ -88,18 +86,24 @@ IDLE_REFRESH_INTERVAL = timedelta(seconds=10)
 """How often to take a snapshot while the scheduler is idle."""
 DOWN_POLL_INTERVAL: Final = timedelta(seconds=3)
 """How often a server that does not answer is polled: it shows as reachable this soon after."""
-SERVER_DOWN_ERRORS: Final = frozenset({BackendConnectionError.__name__})
+
+
+def _class_names(*errors: type[Exception]) -> frozenset[str]:
+    """Name these errors and all their subclasses (a finished request names its error's class)."""
+    names: set[str] = set()
+    pending = list(errors)
+    while pending:
+        error = pending.pop()
+        names.add(error.__name__)
+        pending.extend(error.__subclasses__())
+    return frozenset(names)
+
+
+SERVER_DOWN_ERRORS: Final = _class_names(BackendConnectionError)
 """Errors of a request that say the server is down (refused, reset before any answer)."""
-SERVER_SUSPECT_ERRORS: Final = frozenset(
-    error.__name__
-    for error in (
-        BackendTimeoutError,
-        FirstTokenTimeoutError,
-        StreamIdleTimeoutError,
-        StreamClosedError,
-    )
-)
-"""Errors of a request that a server going down gives too: the server is polled at once."""
+SERVER_SUSPECT_ERRORS: Final = _class_names(BackendTimeoutError, StreamClosedError)
+"""Errors of a request that a server going down gives too (timeouts, a stream cut short): the
+server is polled at once."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,11 @@ async def test_the_registry_keeps_lasting_requesters_and_folds_the_rest(
         == OTHER_REQUESTER
     )
     assert await registry.async_charge_as(hass, "device:nope") == OTHER_REQUESTER
+    hass.states.async_set("light.kitchen", "on")
+    assert (
+        await registry.async_charge_as(hass, "automation:light.kitchen")
+        == OTHER_REQUESTER
+    )
     for malformed in ("", "two words", "x" * 129, "tab\there"):
         assert await registry.async_charge_as(hass, malformed) == OTHER_REQUESTER
 

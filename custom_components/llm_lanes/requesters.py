@@ -124,7 +124,7 @@ async def _async_known_name(
         if device is None:
             return False, None
         return True, device.name_by_user or device.name
-    if kind == AUTOMATION_DOMAIN:
+    if kind == AUTOMATION_DOMAIN and ident.startswith(f"{AUTOMATION_DOMAIN}."):
         if (state := hass.states.get(ident)) is not None:
             return True, state.attributes.get(ATTR_FRIENDLY_NAME)
         if (registry_entry := er.async_get(hass).async_get(ident)) is not None:

@@ -3,12 +3,14 @@
 ``ServerCoordinator`` polls the server's health, identity and live load, and keeps its model
 loaded. Requests tell it sooner than a poll would: one that cannot connect marks the server down at
 once, one that times out or is cut short has the server polled at once, and while the server is
-down it is polled every few seconds, so "Server reachable" follows the server within seconds. ``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished
-event: the scheduler tells it when a request leaves, never about individual tokens, and its
-refreshes go through one debouncer, so a server's entities are updated at most once a second
-however busy it is. A timer also refreshes every few seconds while requests are queued or in
-flight (so queue depth and in-flight sensors move during long generations), and more slowly when
-idle (so windowed rates decay to zero and newly started requests show up).
+down it is polled every few seconds, so "Server reachable" follows the server within seconds.
+
+``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished event: the
+scheduler tells it when a request leaves, never about individual tokens, and its refreshes go
+through one debouncer, so a server's entities are updated at most once a second however busy it
+is. A timer also refreshes every few seconds while requests are queued or in flight (so queue depth
+and in-flight sensors move during long generations), and more slowly when idle (so windowed rates
+decay to zero and newly started requests show up).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ async def test_summarize_and_wait_answers_at_once_while_the_server_is_down(
 async def test_killing_the_real_server_mid_stream(
     ha_core: HomeAssistant, socket_enabled: None
 ) -> None:
-    """Kill llama-server mid-stream: "Server reachable" is off within 2 s, on within 5 s of its return.
+    """Kill llama-server mid-stream: "Server reachable" is off within 2 s, on within 5 s after.
 
     The server's slots hold 1,024 tokens, so the lanes stop there and a longer prompt is refused
     up front.

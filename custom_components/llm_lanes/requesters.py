@@ -7,7 +7,8 @@ job), ``job`` (unnamed jobs), ``client:<name>`` (a gateway client), free names, 
 Every requester a scheduler sees stays in its statistics and gets a token sensor, so the ids an
 action is given are bounded (``REQUESTER_ID``) and kept only when they last: users, devices and
 automations Home Assistant knows always; named requesters (job names, clients, free names) up to
-``MAX_NAMED_REQUESTERS`` per server. Everything else is charged as ``other`` (``RequesterRegistry``).
+``MAX_NAMED_REQUESTERS`` per server. Everything else is charged as ``other``
+(``RequesterRegistry``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The fields of the actions, their limits, and the schemas that check a call before its handler.
 
-Every field is bounded (length, range, characters); values the validators cannot convert (a look-back
-of ``1e20`` seconds, a number too large for a float) are refused like any other malformed value,
-never with a traceback.
+Every field is bounded (length, range, characters); values the validators cannot convert (a
+look-back of ``1e20`` seconds, a number too large for a float) are refused like any other
+malformed value, never with a traceback.
 """
 
 from __future__ import annotations

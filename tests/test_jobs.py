@@ -8,6 +8,7 @@ from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import ServiceValidationError
 import pytest
 from pytest_homeassistant_custom_component.common import (
     async_capture_events,
@@ -19,7 +20,11 @@ from syrupy.matchers import path_type
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.manager import (
+    MAX_FINISHED_JOBS,
+    MAX_WAITING_JOBS,
+    JobManager,
+)
 from custom_components.llm_lanes.jobs.model import JobSpec, JobStatus, WaitReason
 from custom_components.llm_lanes.jobs.prompts import text_prompt
 from custom_components.llm_lanes.jobs.store import storage_key
@@ -277,7 +282,10 @@ async def test_interrupted_job_completes_exactly_once_after_restart(
     start_manager: StartManager,
     hass_storage: dict[str, Any],
 ) -> None:
-    """A job stopped mid-stream by an unload is stored as interrupted and runs once after reload."""
+    """A job stopped mid-stream by an unload is stored as interrupted and runs once after reload.
+
+    The interrupted start gives its attempt back: an unload is not a failure.
+    """
     events = async_capture_events(hass, EVENT_SUMMARY_READY)
     scheduler.hold = asyncio.Event()
     manager = await start_manager()
@@ -291,14 +299,14 @@ async def test_interrupted_job_completes_exactly_once_after_restart(
     [stored] = hass_storage[storage_key(ENTRY_ID)]["data"]["jobs"]
     assert stored["status"] == "queued"
     assert stored["interrupted"] is True
-    assert stored["attempts"] == 1
+    assert stored["attempts"] == 0
 
     scheduler.hold = None
     reloaded = await start_manager()
     await hass.async_block_till_done(wait_background_tasks=True)
     again = reloaded.get(job.id)
     assert again.status is JobStatus.DONE
-    assert again.attempts == 2
+    assert again.attempts == 1
     assert len(scheduler.calls) == 2
     assert len(events) == 1
     await reloaded.async_stop()
@@ -355,7 +363,7 @@ async def test_job_left_running_by_a_crash_runs_again(
     assert manager.get("def").text == "Earlier."
     assert [call.requester for call in scheduler.calls] == ["job:old"]
     await manager.async_stop()
-    assert hass_storage[storage_key(ENTRY_ID)]["minor_version"] == 2
+    assert hass_storage[storage_key(ENTRY_ID)]["minor_version"] == 3
 
 
 @pytest.mark.usefixtures("night")
@@ -494,3 +502,120 @@ async def test_stored_document_and_event_layout(
     assert hass_storage[storage_key(ENTRY_ID)] == snapshot(matcher=by_type)
     [event] = events
     assert event.data == snapshot(matcher=by_type)
+
+
+async def test_restarts_do_not_use_up_the_retries(
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
+) -> None:
+    """Two restarts mid-stream and one server failure leave the job retrying, not failed."""
+    scheduler.hold = asyncio.Event()
+    manager = await start_manager()
+    job = await manager.async_submit(spec())
+    for _ in range(2):
+        await hass.async_block_till_done()
+        assert manager.get(job.id).status is JobStatus.RUNNING
+        await manager.async_stop()
+        manager = await start_manager()
+    await hass.async_block_till_done()
+    await manager.async_stop()
+    assert len(scheduler.calls) == 3
+
+    scheduler.hold = None
+    scheduler.failures = [ServerBusyError("busy", status=503)]
+    manager = await start_manager()
+    await hass.async_block_till_done(wait_background_tasks=True)
+    again = manager.get(job.id)
+    assert again.status is JobStatus.QUEUED
+    assert again.wait_reason is WaitReason.RETRY_BACKOFF
+    assert again.attempts == 1
+
+    await move_to(hass, night, local_time(30, 2, 1, 10))
+    assert again.status is JobStatus.DONE
+    assert again.attempts == 2
+
+
+@pytest.mark.usefixtures("night")
+async def test_jobs_wait_while_the_server_is_unreachable(
+    hass: HomeAssistant, scheduler: LoadedScheduler
+) -> None:
+    """No job starts while the server is down; a waiting caller is answered at once."""
+    up = False
+    manager = JobManager(
+        hass,
+        ENTRY_ID,
+        scheduler,
+        model=MODEL,
+        settings=settings(),
+        reachable=lambda: up,
+    )
+    await manager.async_start()
+    job = await manager.async_submit(spec(run_now=True))
+    assert job.wait_reason is WaitReason.SERVER_UNREACHABLE
+    waited = await manager.async_wait(job.id, 3600, answer_long_waits=True)
+    assert waited.status is JobStatus.QUEUED
+    assert scheduler.calls == []
+
+    up = True
+    manager.reachability_changed()
+    finished = await manager.async_wait(job.id, 3600)
+    assert finished.status is JobStatus.DONE
+    assert len(scheduler.calls) == 1
+    await manager.async_stop()
+
+
+async def test_a_waiting_caller_is_answered_when_the_job_backs_off(
+    hass: HomeAssistant,
+    night: FrozenDateTimeFactory,
+    scheduler: LoadedScheduler,
+    start_manager: StartManager,
+) -> None:
+    """A failed attempt hands the job back to a caller who asked: queued, the reason, the error.
+
+    A caller who did not ask goes on waiting, until the retry is done.
+    """
+    scheduler.failures = [ServerBusyError("busy", status=503)]
+    manager = await start_manager()
+    job = await manager.async_submit(spec(run_now=True))
+    patient = hass.async_create_task(manager.async_wait(job.id, 3600))
+    waited = await manager.async_wait(job.id, 3600, answer_long_waits=True)
+    assert waited.status is JobStatus.QUEUED
+    assert waited.wait_reason is WaitReason.RETRY_BACKOFF
+    assert waited.last_error is not None and "busy" in waited.last_error
+    assert not patient.done()
+
+    await move_to(hass, night, local_time(30, 2, 1, 10))
+    assert (await patient).status is JobStatus.DONE
+
+
+@pytest.mark.usefixtures("night")
+async def test_the_store_keeps_a_bounded_number_of_jobs(
+    hass: HomeAssistant,
+    start_manager: StartManager,
+    hass_storage: dict[str, Any],
+) -> None:
+    """At most MAX_WAITING_JOBS wait (one more is refused, unstored); the oldest finished go."""
+    manager = await start_manager()
+    manager.set_paused(True)
+    waiting = [
+        await manager.async_submit(spec(f"w{i}")) for i in range(MAX_WAITING_JOBS)
+    ]
+    with pytest.raises(ServiceValidationError) as err:
+        await manager.async_submit(spec("one too many"))
+    assert err.value.translation_key == "too_many_jobs"
+    stored = hass_storage[storage_key(ENTRY_ID)]["data"]["jobs"]
+    assert len(stored) == MAX_WAITING_JOBS
+
+    manager.set_paused(False)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    later = []
+    for i in range(MAX_FINISHED_JOBS - MAX_WAITING_JOBS + 5):
+        later.append(await manager.async_submit(spec(f"l{i}")))
+        await hass.async_block_till_done(wait_background_tasks=True)
+    kept = manager.jobs()
+    assert len(kept) == MAX_FINISHED_JOBS
+    assert all(job.status is JobStatus.DONE and job.prompt == "" for job in kept)
+    assert {job.id for job in waiting[:5]}.isdisjoint(job.id for job in kept)
+    assert {job.id for job in later} <= {job.id for job in kept}

@@ -27,6 +27,7 @@ from pytest_homeassistant_custom_component.common import (
     mock_restore_cache_with_extra_data,
 )
 
+from custom_components.llm_lanes import sensor as sensor_module
 from custom_components.llm_lanes.const import DOMAIN, OPT_HEADROOM, OPT_MAX_SEQUENCES
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
@@ -266,6 +267,29 @@ async def test_requester_sensors(
         assert state.attributes[ATTR_STATE_CLASS] == SensorStateClass.TOTAL_INCREASING
         assert state.attributes[ATTR_UNIT_OF_MEASUREMENT] == "tokens"
         assert int(state.state) == used[requester] > 0
+
+
+async def test_requester_sensors_stop_at_their_cap(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Past ``MAX_REQUESTER_SENSORS`` a requester gets no sensor, and one warning."""
+    entry = init_integration
+    monkeypatch.setattr(sensor_module, "MAX_REQUESTER_SENSORS", 2)
+    for requester in ("job:a", "job:b", "job:c", "job:d"):
+        await async_generate(entry, requester=requester)
+        await async_flush_snapshots(hass)
+    sensors = sorted(
+        registry_entry.unique_id.rsplit("_", 1)[-1]
+        for registry_entry in er.async_entries_for_config_entry(
+            er.async_get(hass), entry.entry_id
+        )
+        if "requester_tokens" in registry_entry.unique_id
+    )
+    assert sensors == ["job:a", "job:b"]
+    assert caplog.text.count("the most it makes") == 2  # job:c, then job:d
 
 
 async def test_requester_sensors_survive_reload(

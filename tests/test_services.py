@@ -6,7 +6,12 @@ and ``cancel_job``: jobs queued, trimmed, run, listed and cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+import threading
 from typing import Any
+from unittest.mock import patch
 
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.core import Context, HomeAssistant
@@ -15,12 +20,14 @@ import probatio
 import pytest
 from pytest_homeassistant_custom_component.common import (
     MockConfigEntry,
+    MockUser,
     async_capture_events,
 )
 
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from custom_components.llm_lanes.core.bench.workload import SCENARIO_DIR
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
@@ -77,7 +84,7 @@ async def test_generate_returns_text_tokens_and_timings(
 
 
 async def test_generate_lane_and_requester(
-    hass: HomeAssistant, init_integration: MockConfigEntry
+    hass: HomeAssistant, init_integration: MockConfigEntry, hass_admin_user: MockUser
 ) -> None:
     """The caller picks the lane and the requester; a user call defaults to the user."""
     entry_id = init_integration.entry_id
@@ -90,9 +97,9 @@ async def test_generate_lane_and_requester(
     )
     assert (response["lane"], response["requester"]) == ("background", "kitchen_tablet")
     response = await _generate(
-        hass, Context(user_id="u9"), config_entry_id=entry_id, prompt="Hi"
+        hass, Context(user_id=hass_admin_user.id), config_entry_id=entry_id, prompt="Hi"
     )
-    assert response["requester"] == "user:u9"
+    assert response["requester"] == f"user:{hass_admin_user.id}"
 
 
 async def test_generate_validation(
@@ -110,6 +117,13 @@ async def test_generate_validation(
     with pytest.raises(ServiceValidationError) as err:
         await _generate(hass, config_entry_id=entry_id, prompt="x", max_tokens=100000)
     assert err.value.translation_key == "limit_exceeded"
+    with pytest.raises(ServiceValidationError) as err:
+        await _generate(
+            hass, config_entry_id=entry_id, prompt="abc " * 9000, lane="voice"
+        )
+    assert err.value.translation_key == "limit_exceeded"
+    assert err.value.translation_placeholders is not None
+    assert err.value.translation_placeholders["limit"] == "max_prompt_tokens"
 
 
 async def test_generate_quota_and_closed(
@@ -135,19 +149,49 @@ async def test_generate_quota_and_closed(
 # --- run_benchmark ------------------------------------------------------------------------------
 
 
+@contextmanager
+def _scenario_files_read_in_the_loop() -> Iterator[list[str]]:
+    """Record the scenario files read (or looked for) in the event loop's thread."""
+    loop_thread = threading.get_ident()
+    found: list[str] = []
+
+    def spy(name: str) -> Callable[..., Any]:
+        original = getattr(Path, name)
+
+        def call(self: Path, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() == loop_thread and SCENARIO_DIR in (
+                self,
+                *self.parents,
+            ):
+                found.append(f"{name} {self.name}")
+            return original(self, *args, **kwargs)
+
+        return call
+
+    with patch.multiple(
+        Path, **{name: spy(name) for name in ("exists", "glob", "open", "read_text")}
+    ):
+        yield found
+
+
 async def test_run_benchmark_recommends_and_applies(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
-    """A short calibration on the simulated server returns a table and applies the pick."""
-    response = await async_call_action(
-        hass,
-        "run_benchmark",
-        config_entry_id=init_integration.entry_id,
-        scenario="voice_vs_background",
-        duration_s=1,
-        apply=True,
-        force=True,
-    )
+    """A short calibration on the simulated server returns a table and applies the pick.
+
+    The scenario file is read outside the event loop.
+    """
+    with _scenario_files_read_in_the_loop() as read_in_the_loop:
+        response = await async_call_action(
+            hass,
+            "run_benchmark",
+            config_entry_id=init_integration.entry_id,
+            scenario="voice_vs_background",
+            duration_s=1,
+            apply=True,
+            force=True,
+        )
+    assert read_in_the_loop == []
     # max sequences 1, 2 (the server's slots) x 2 budgets
     assert len(response["rows"]) == 4
     assert response["recommended"]
@@ -216,9 +260,12 @@ async def test_summarize_now_and_wait(
 
 
 async def test_text_over_the_context_limit_is_trimmed_with_a_note(
-    hass: HomeAssistant, entry: MockConfigEntry, manager: JobManager
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    manager: JobManager,
+    sim: SimulatedServer,
 ) -> None:
-    """A text far over the lane's context limit is cut, and the job and event say so."""
+    """A text far over the lane's context limit is cut, and the prompt, job and event say so."""
     events = async_capture_events(hass, EVENT_SUMMARY_READY)
     finished = finished_requests(entry)
     long_text = "The garage door opened and closed again. " * 400
@@ -230,8 +277,9 @@ async def test_text_over_the_context_limit_is_trimmed_with_a_note(
     note = response["prompt_note"]
     assert note is not None and f"context limit of {CONTEXT_LIMIT} tokens" in note
     job = manager.get(response["job_id"])
-    assert job.prompt.endswith(f"({note})")
+    assert sim.requests_seen[-1]["messages"][-1]["content"].endswith(f"({note})")
     assert job.prompt_tokens_estimate <= CONTEXT_LIMIT
+    assert job.prompt == ""  # a finished job keeps no prompt
     [request] = finished
     assert request.outcome == "ok"
     await hass.async_block_till_done()
@@ -361,3 +409,20 @@ async def test_summarize_entities_needs_the_recorder(hass: HomeAssistant) -> Non
     with pytest.raises(ServiceValidationError) as err:
         await async_call_action(hass, "summarize", entity_ids=["sensor.door"])
     assert err.value.translation_key == "recorder_not_loaded"
+
+
+async def test_an_unnamed_job_is_charged_to_who_asked(
+    hass: HomeAssistant, manager: JobManager, hass_admin_user: MockUser
+) -> None:
+    """No ``job:<uuid>`` requester: an unnamed job is the caller's, or ``job``; a name is a slug."""
+    manager.set_paused(True)
+    by_user = await async_call_action(
+        hass, "summarize", Context(user_id=hass_admin_user.id), text="Porch light."
+    )
+    assert by_user["requester"] == f"user:{hass_admin_user.id}"
+    by_nobody = await async_call_action(hass, "summarize", text="Porch light.")
+    assert by_nobody["requester"] == "job"
+    named = await async_call_action(
+        hass, "summarize", text="Porch light.", name="Evening digest"
+    )
+    assert named["requester"] == "job:evening_digest"

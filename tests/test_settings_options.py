@@ -121,3 +121,18 @@ def test_setting_options_name_scheduler_settings() -> None:
     assert settings_from_options(options, base.max_sequences) == replace(
         base, server_slots=base.max_sequences
     )
+
+
+def test_the_servers_context_caps_every_lane() -> None:
+    """Prompt and output limits stop at the server's context per slot; larger ones stay."""
+    settings = settings_from_options({"voice": {"max_output_tokens": 4000}}, 4, 2048)
+    for lane in Lane:
+        limits = settings.lanes[lane]
+        assert limits.max_prompt_tokens == 2048
+        assert limits.max_output_tokens <= 2048
+        assert limits.default_output_tokens <= limits.max_output_tokens
+    assert settings.lanes[Lane.VOICE].max_output_tokens == 2048
+    roomy = settings_from_options({}, 4, 1_000_000)
+    assert roomy.lanes == DEFAULT_LANE_LIMITS
+    assert settings_from_options({}, 4, None).lanes == DEFAULT_LANE_LIMITS
+    assert settings_from_options({}, 4, 0).lanes == DEFAULT_LANE_LIMITS

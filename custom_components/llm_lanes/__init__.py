@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
-from homeassistant.core import HomeAssistant
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import ConfigEntryNotReady
 from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
@@ -21,10 +21,12 @@ from .coordinator import (
 )
 from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
+from .core.settings import SchedulerSettings
 from .entity import server_device_info
 from .jobs.manager import JobManager
 from .jobs.store import JobStore
 from .repairs import async_track_server_issues
+from .requesters import RequesterRegistry, requesters_with_sensors
 from .services import async_setup_services
 from .settings_options import job_settings_from_options, settings_from_options
 
@@ -62,9 +64,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     ):  # pragma: no cover - first refresh raises instead
         raise ConfigEntryNotReady
 
-    scheduler = Scheduler(
-        backend, settings_from_options(entry.options, server.data.info.slots)
-    )
+    scheduler = Scheduler(backend, scheduler_settings(entry, server))
     activity = ActivityCoordinator(hass, entry, scheduler)
     jobs = JobManager(
         hass,
@@ -72,16 +72,22 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         scheduler,
         model=entry.data[CONF_MODEL],
         settings=job_settings_from_options(entry.options),
+        reachable=lambda: server.last_update_success,
     )
+    requesters = RequesterRegistry(requesters_with_sensors(hass, entry.entry_id))
+    requesters.allow(scheduler.settings.requester_quotas)  # the options name them
     entry.runtime_data = LLMLanesRuntimeData(
         backend=backend,
         scheduler=scheduler,
         server=server,
         activity=activity,
         jobs=jobs,
+        requesters=requesters,
         subentries=subentry_signature(entry),
     )
     entry.async_on_unload(scheduler.close)
+    entry.async_on_unload(scheduler.add_listener(server.async_request_finished))
+    entry.async_on_unload(server.async_add_listener(_server_listener(entry)))
     await activity.async_setup()
     await jobs.async_start()
     # Unload callbacks run last-in first-out: running jobs stop (and are kept as interrupted)
@@ -112,12 +118,38 @@ async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
     if subentry_signature(entry) != runtime.subentries:
         hass.config_entries.async_schedule_reload(entry.entry_id)
         return
-    server = runtime.server
-    slots = server.data.info.slots if server.data is not None else None
-    runtime.scheduler.update_settings(settings_from_options(entry.options, slots))
+    runtime.scheduler.update_settings(scheduler_settings(entry, runtime.server))
+    runtime.requesters.allow(runtime.scheduler.settings.requester_quotas)
     runtime.jobs.update_settings(
         job_settings_from_options(entry.options, runtime.jobs.settings)
     )
+
+
+def scheduler_settings(
+    entry: LLMLanesConfigEntry, server: ServerCoordinator
+) -> SchedulerSettings:
+    """Build the scheduler settings of the entry's options, bounded by what the server last said."""
+    return settings_from_options(entry.options, server.slots, server.context_per_slot)
+
+
+def _server_listener(entry: LLMLanesConfigEntry) -> CALLBACK_TYPE:
+    """Follow the server's polls: its slots and context bound the settings, jobs need it up."""
+    server = entry.runtime_data.server
+    limits = (server.slots, server.context_per_slot)
+    reachable = server.last_update_success
+
+    @callback
+    def polled() -> None:
+        nonlocal limits, reachable
+        runtime = entry.runtime_data
+        if (server.slots, server.context_per_slot) != limits:
+            limits = (server.slots, server.context_per_slot)
+            runtime.scheduler.update_settings(scheduler_settings(entry, server))
+        if server.last_update_success != reachable:
+            reachable = server.last_update_success
+            runtime.jobs.reachability_changed()
+
+    return polled
 
 
 def subentry_signature(

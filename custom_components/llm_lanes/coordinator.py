@@ -1,12 +1,16 @@
 """The two coordinators of an LLM server entry, and what a loaded entry holds at run time.
 
 ``ServerCoordinator`` polls the server's health, identity and live load, and keeps its model
-loaded. ``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished
-event: the scheduler tells it when a request leaves, never about individual tokens, and its
-refreshes go through one debouncer, so a server's entities are updated at most once a second
-however busy it is. A timer also refreshes every few seconds while requests are queued or in
-flight (so queue depth and in-flight sensors move during long generations), and more slowly when
-idle (so windowed rates decay to zero and newly started requests show up).
+loaded. Requests tell it sooner than a poll would: one that cannot connect marks the server down at
+once, one that times out or is cut short has the server polled at once, and while the server is
+down it is polled every few seconds, so "Server reachable" follows the server within seconds.
+
+``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished event: the
+scheduler tells it when a request leaves, never about individual tokens, and its refreshes go
+through one debouncer, so a server's entities are updated at most once a second however busy it
+is. A timer also refreshes every few seconds while requests are queued or in flight (so queue depth
+and in-flight sensors move during long generations), and more slowly when idle (so windowed rates
+decay to zero and newly started requests show up).
 """
 
 from __future__ import annotations
@@ -32,10 +36,17 @@ from .const import (
     SERVER_POLL_INTERVAL,
 )
 from .core.backends.base import Backend, ServerInfo, ServerKind, ServerMetrics
-from .core.errors import AuthError, BackendError
+from .core.errors import (
+    AuthError,
+    BackendConnectionError,
+    BackendError,
+    BackendTimeoutError,
+    StreamClosedError,
+)
 from .core.scheduler import Scheduler
 from .core.snapshot import FinishedRequest, SchedulerSnapshot
 from .jobs.manager import JobManager
+from .requesters import RequesterRegistry
 
 
 @dataclass(slots=True)
@@ -50,6 +61,8 @@ class LLMLanesRuntimeData:
     """Scheduler snapshots pushed by the scheduler, at most once a second."""
     jobs: JobManager
     """Queues, throttles and runs the entry's nightly summarization jobs."""
+    requesters: RequesterRegistry
+    """The requesters the server charges under their own id (the rest are ``other``)."""
     device_id: str = ""
     """Device registry id of the server's device (the agents' devices hang off it)."""
     subentries: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
@@ -73,6 +86,26 @@ BUSY_REFRESH_INTERVAL = timedelta(seconds=2)
 """How often to take a snapshot while something is queued or in flight."""
 IDLE_REFRESH_INTERVAL = timedelta(seconds=10)
 """How often to take a snapshot while the scheduler is idle."""
+DOWN_POLL_INTERVAL: Final = timedelta(seconds=3)
+"""How often a server that does not answer is polled: it shows as reachable this soon after."""
+
+
+def _class_names(*errors: type[Exception]) -> frozenset[str]:
+    """Name these errors and all their subclasses (a finished request names its error's class)."""
+    names: set[str] = set()
+    pending = list(errors)
+    while pending:
+        error = pending.pop()
+        names.add(error.__name__)
+        pending.extend(error.__subclasses__())
+    return frozenset(names)
+
+
+SERVER_DOWN_ERRORS: Final = _class_names(BackendConnectionError)
+"""Errors of a request that say the server is down (refused, reset before any answer)."""
+SERVER_SUSPECT_ERRORS: Final = _class_names(BackendTimeoutError, StreamClosedError)
+"""Errors of a request that a server going down gives too (timeouts, a stream cut short): the
+server is polled at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +158,7 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
         self._warm_up_task: asyncio.Task[None] | None = None
         self._warm_up_not_before: datetime | None = None
         self._warm_up_failed_logged = False
+        self._check_task: asyncio.Task[None] | None = None
         # Ollama keeps a model another client loaded for 5 minutes only: one warm-up at set-up
         # sends our keep_alive, which keeps it resident, even when it is loaded already.
         self._warm_up_at_setup = backend.kind is ServerKind.OLLAMA
@@ -133,6 +167,50 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
     def warming_up(self) -> bool:
         """Whether a warm-up is running now."""
         return self._warm_up_task is not None and not self._warm_up_task.done()
+
+    @property
+    def slots(self) -> int | None:
+        """The server's slot count (sequences it runs at once), where it says."""
+        return self.data.info.slots if self.data is not None else None
+
+    @property
+    def context_per_slot(self) -> int | None:
+        """The tokens (prompt and answer) one request may hold at the server, where it says."""
+        return self.data.info.context_length if self.data is not None else None
+
+    @callback
+    def async_request_finished(self, finished: FinishedRequest) -> None:
+        """Learn from a request's outcome what the next poll would say (scheduler listener)."""
+        if finished.outcome == "ok":
+            if not self.last_update_success:
+                self._async_poll_now()  # it answers again
+        elif finished.error in SERVER_DOWN_ERRORS:
+            self._async_set_unreachable(
+                UpdateFailed(
+                    translation_domain=DOMAIN,
+                    translation_key="request_cannot_connect",
+                )
+            )
+        elif finished.error in SERVER_SUSPECT_ERRORS:
+            self._async_poll_now()
+
+    @callback
+    def _async_set_unreachable(self, err: UpdateFailed) -> None:
+        """Show the server as down now and poll it every few seconds until it answers."""
+        if self.unreachable_since is None:
+            self.unreachable_since = dt_util.utcnow()
+        if self.update_interval != DOWN_POLL_INTERVAL:
+            self.update_interval = DOWN_POLL_INTERVAL
+            self._schedule_refresh()
+        self.async_set_update_error(err)
+
+    @callback
+    def _async_poll_now(self) -> None:
+        """Poll now (once at a time), outside the regular schedule."""
+        if self._check_task is None or self._check_task.done():
+            self._check_task = self.config_entry.async_create_background_task(
+                self.hass, self.async_refresh(), name=f"{DOMAIN} poll {self.name}"
+            )
 
     async def _async_update_data(self) -> ServerState:
         """Ask the server what it is and how loaded it is."""
@@ -146,11 +224,13 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
         except BackendError as err:
             if self.unreachable_since is None:
                 self.unreachable_since = dt_util.utcnow()
+            self.update_interval = DOWN_POLL_INTERVAL
             raise UpdateFailed(
                 translation_domain=DOMAIN,
                 translation_key="update_failed",
                 translation_placeholders={"error": str(err)},
             ) from err
+        self.update_interval = SERVER_POLL_INTERVAL
         if self.unreachable_since is not None:
             # Back after an outage (perhaps a restart that unloaded the model): try at once.
             self._warm_up_not_before = None

@@ -1,8 +1,12 @@
 """Translated Home Assistant errors, and the one place where ``core.errors`` is translated.
 
 Every engine error carries its translation key and placeholders, so the translation needs no
-string matching. A request that breaks a lane limit is the caller's to fix (a validation error);
-anything else the scheduler or the server says is a plain Home Assistant error.
+string matching. A request refused at the door — it breaks a lane limit, its lane's queue is full,
+its requester's quota is spent — is a validation error: nothing was sent, and the caller has to
+change the call or try again later. Home Assistant answers those to a REST caller with HTTP 400
+and the translated message, and to a WebSocket caller with ``service_validation_error`` and the
+translation key. Anything else the scheduler or the server says is a plain Home Assistant error
+(HTTP 500, ``home_assistant_error``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,19 @@ from contextlib import contextmanager
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 
 from .const import DOMAIN
-from .core.errors import LanesError, LimitExceededError
+from .core.errors import (
+    LanesError,
+    LimitExceededError,
+    QueueFullError,
+    QuotaExceededError,
+)
+
+REFUSALS: tuple[type[LanesError], ...] = (
+    LimitExceededError,
+    QueueFullError,
+    QuotaExceededError,
+)
+"""Engine errors of a request refused before anything reached the server."""
 
 
 def validation_error(
@@ -41,7 +57,7 @@ def translated_errors() -> Iterator[None]:
     """Raise the engine errors of the block as translated Home Assistant errors."""
     try:
         yield
-    except LimitExceededError as err:
+    except REFUSALS as err:
         raise validation_error(err.translation_key, **err.placeholders) from err
     except LanesError as err:
         raise failure(err.translation_key, **err.placeholders) from err

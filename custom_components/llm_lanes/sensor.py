@@ -2,7 +2,8 @@
 
 Scheduler figures come from the activity coordinator's snapshots, server figures from the server
 coordinator's polls, job figures from the entry's job manager; one token sensor per requester is
-added when the requester first appears (or at set-up, for those known before a restart).
+added when the requester first appears (or at set-up, for those known before a restart), up to
+``MAX_REQUESTER_SENSORS`` per server (the actions already fold passing requesters into ``other``).
 """
 
 from __future__ import annotations
@@ -20,23 +21,27 @@ from homeassistant.components.sensor import (
 )
 from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTime
 from homeassistant.core import HomeAssistant, callback
-from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
+from .const import LOGGER
 from .coordinator import LLMLanesConfigEntry, ServerState
 from .core.lanes import Lane
 from .core.snapshot import LaneSnapshot, SchedulerSnapshot
 from .entity import ActivityEntity, JobEntity, ServerEntity
 from .jobs.manager import JobManager
-from .requesters import async_requester_name
+from .requesters import (
+    REQUESTER_TOKENS_KEY,
+    async_requester_name,
+    requesters_with_sensors,
+)
 
 PARALLEL_UPDATES = 0
 
 UNIT_JOBS = "jobs"
 UNIT_TOKENS = "tokens"
 UNIT_TOKENS_PER_SECOND = "tokens/s"
-REQUESTER_TOKENS_KEY = "requester_tokens"
-"""Prefix of the key (and unique id suffix) of a per-requester token sensor."""
+MAX_REQUESTER_SENSORS = 200
+"""Token sensors of one server; requesters past it are counted by the scheduler only."""
 
 type SensorValue = float | int | str | None
 
@@ -267,16 +272,8 @@ async def async_setup_entry(
     async_add_entities(entities)
 
     activity = entry.runtime_data.activity
-    prefix = f"{entry.entry_id}_{REQUESTER_TOKENS_KEY}_"
     # Requesters seen before a restart keep their sensor (and its restored count).
-    known: set[str] = {
-        registry_entry.unique_id.removeprefix(prefix)
-        for registry_entry in er.async_entries_for_config_entry(
-            er.async_get(hass), entry.entry_id
-        )
-        if registry_entry.domain == "sensor"
-        and registry_entry.unique_id.startswith(prefix)
-    }
+    known = requesters_with_sensors(hass, entry.entry_id)
 
     async def async_add_requesters(requesters: Iterable[str]) -> None:
         async_add_entities(
@@ -290,9 +287,21 @@ async def async_setup_entry(
 
     await async_add_requesters(sorted(known))
 
+    left_out: set[str] = set()
+
     @callback
     def async_add_new_requesters() -> None:
-        new = sorted(set(activity.data.requesters) - known)
+        new = sorted(set(activity.data.requesters) - known - left_out)
+        room = max(0, MAX_REQUESTER_SENSORS - len(known))
+        if len(new) > room:
+            LOGGER.warning(
+                "%s has %s requester token sensors, the most it makes; %s more get none",
+                entry.title,
+                MAX_REQUESTER_SENSORS,
+                len(new) - room,
+            )
+            left_out.update(new[room:])
+            new = new[:room]
         if not new:
             return
         known.update(new)

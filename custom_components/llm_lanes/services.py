@@ -4,14 +4,23 @@ Each action names its server by ``config_entry_id`` (optional where the only loa
 do), and every one resolves it the same way (``_loaded_entries``). Engine errors become translated
 Home Assistant errors through ``translated_errors``; every other error an action raises is
 translated too (``validation_error``).
+
+Every field is bounded (``service_schemas``) and every check runs before anything is stored or
+sent: a prompt that cannot fit its lane or the server's context is refused with the numbers.
+
+Who may do what: a call without a user (an automation, a script it runs, Home Assistant itself)
+or by an admin may do everything. A non-admin user is always charged as themself (a ``requester``
+they give is ignored: the response says who was charged), sees and cancels only their own jobs,
+and may not ``apply`` a benchmark's settings or ``force`` one outside the quiet hours
+(``Unauthorized``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from typing import Any
 
+from homeassistant.auth.models import User
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import ATTR_CONFIG_ENTRY_ID
 from homeassistant.core import (
@@ -21,22 +30,56 @@ from homeassistant.core import (
     SupportsResponse,
     callback,
 )
-from homeassistant.helpers import config_validation as cv
+from homeassistant.exceptions import Unauthorized, UnknownUser
 from homeassistant.util import dt as dt_util
 import probatio
 
 from .const import CONF_MODEL, DOMAIN, OPT_MAX_SEQUENCES, OPT_PREFILL_BUDGET
 from .coordinator import LLMLanesConfigEntry
 from .core.backends.base import ChatMessage, ChatRequest
-from .core.bench.calibrate import DEFAULT_SCENARIO, calibrate
-from .core.bench.workload import builtin_scenarios
+from .core.bench.calibrate import calibrate
+from .core.bench.workload import load_scenario
 from .core.lanes import Lane
+from .core.tokens import estimate_prompt_tokens
 from .errors import translated_errors, validation_error
 from .jobs.delivery import notify_target_exists
 from .jobs.manager import JobManager
-from .jobs.model import JobSpec, JobStatus
+from .jobs.model import Job, JobSpec, JobStatus
 from .jobs.prompts import JobPrompt, async_history_prompt, text_prompt
-from .requesters import requester_for_context
+from .requesters import (
+    JOBS_REQUESTER,
+    job_requester,
+    requester_for_context,
+    user_requester,
+)
+from .service_schemas import (
+    ATTR_APPLY,
+    ATTR_DURATION_S,
+    ATTR_ENTITY_IDS,
+    ATTR_FORCE,
+    ATTR_INSTRUCTIONS,
+    ATTR_JOB_ID,
+    ATTR_LANE,
+    ATTR_LOOK_BACK,
+    ATTR_MAX_OUTPUT_TOKENS,
+    ATTR_MAX_TOKENS,
+    ATTR_MODEL,
+    ATTR_NAME,
+    ATTR_NOTIFY_TARGET,
+    ATTR_PERSISTENT_NOTIFICATION,
+    ATTR_PROMPT,
+    ATTR_REQUESTER,
+    ATTR_RUN_NOW,
+    ATTR_SCENARIO,
+    ATTR_STATUS,
+    ATTR_TEXT,
+    ATTR_WAIT,
+    CANCEL_JOB_SCHEMA,
+    GENERATE_SCHEMA,
+    LIST_JOBS_SCHEMA,
+    RUN_BENCHMARK_SCHEMA,
+    SUMMARIZE_SCHEMA,
+)
 
 SERVICE_GENERATE = "generate"
 SERVICE_RUN_BENCHMARK = "run_benchmark"
@@ -44,102 +87,13 @@ SERVICE_SUMMARIZE = "summarize"
 SERVICE_CANCEL_JOB = "cancel_job"
 SERVICE_LIST_JOBS = "list_jobs"
 
-ATTR_PROMPT = "prompt"
-ATTR_INSTRUCTIONS = "instructions"
-ATTR_LANE = "lane"
-ATTR_REQUESTER = "requester"
-ATTR_MAX_TOKENS = "max_tokens"
-ATTR_MODEL = "model"
-ATTR_SCENARIO = "scenario"
-ATTR_DURATION_S = "duration_s"
-ATTR_APPLY = "apply"
-ATTR_FORCE = "force"
-ATTR_NAME = "name"
-ATTR_TEXT = "text"
-ATTR_ENTITY_IDS = "entity_ids"
-ATTR_LOOK_BACK = "look_back"
-ATTR_MAX_OUTPUT_TOKENS = "max_output_tokens"
-ATTR_RUN_NOW = "run_now"
-ATTR_WAIT = "wait"
-ATTR_NOTIFY_TARGET = "notify_target"
-ATTR_PERSISTENT_NOTIFICATION = "persistent_notification"
-ATTR_JOB_ID = "job_id"
-ATTR_STATUS = "status"
-
 GENERATE_DEFAULT_REQUESTER = "generate"
 APPLIED_SETTINGS = {OPT_MAX_SEQUENCES: int, OPT_PREFILL_BUDGET: int}
 """Calibrated settings that ``apply`` writes into the entry's options."""
-DEFAULT_LOOK_BACK = timedelta(hours=24)
 WAIT_TIMEOUT_S = 900.0
 """The longest ``summarize`` with ``wait`` holds the caller; the job goes on afterwards."""
 
-GENERATE_SCHEMA = probatio.Schema(
-    {
-        probatio.Required(ATTR_CONFIG_ENTRY_ID): cv.string,
-        probatio.Required(ATTR_PROMPT): probatio.All(cv.string, probatio.Length(min=1)),
-        probatio.Optional(ATTR_INSTRUCTIONS): cv.string,
-        probatio.Optional(ATTR_LANE, default=Lane.AUTOMATION.key): probatio.In(
-            [lane.key for lane in Lane]
-        ),
-        probatio.Optional(ATTR_REQUESTER): probatio.All(
-            cv.string, probatio.Length(min=1)
-        ),
-        probatio.Optional(ATTR_MAX_TOKENS): probatio.All(
-            probatio.Coerce(int), probatio.Range(min=1)
-        ),
-        probatio.Optional(ATTR_MODEL): cv.string,
-    }
-)
-RUN_BENCHMARK_SCHEMA = probatio.Schema(
-    {
-        probatio.Required(ATTR_CONFIG_ENTRY_ID): cv.string,
-        probatio.Optional(ATTR_SCENARIO, default=DEFAULT_SCENARIO): probatio.In(
-            sorted(builtin_scenarios())
-        ),
-        probatio.Optional(ATTR_DURATION_S, default=30.0): probatio.All(
-            probatio.Coerce(float), probatio.Range(min=1, max=600)
-        ),
-        probatio.Optional(ATTR_APPLY, default=False): cv.boolean,
-        probatio.Optional(ATTR_FORCE, default=False): cv.boolean,
-    }
-)
-SUMMARIZE_SCHEMA = probatio.Schema(
-    {
-        probatio.Optional(ATTR_CONFIG_ENTRY_ID): cv.string,
-        probatio.Optional(ATTR_NAME): cv.string,
-        probatio.Exclusive(ATTR_TEXT, "source"): cv.string,
-        probatio.Exclusive(ATTR_ENTITY_IDS, "source"): cv.entity_ids,
-        probatio.Optional(ATTR_LOOK_BACK, default=DEFAULT_LOOK_BACK): probatio.All(
-            cv.positive_time_period, probatio.Range(min=timedelta(minutes=1))
-        ),
-        probatio.Optional(ATTR_INSTRUCTIONS): cv.string,
-        probatio.Optional(ATTR_REQUESTER): cv.string,
-        probatio.Optional(ATTR_MAX_OUTPUT_TOKENS): probatio.All(
-            probatio.Coerce(int), probatio.Range(min=1)
-        ),
-        probatio.Optional(ATTR_RUN_NOW, default=False): cv.boolean,
-        probatio.Optional(ATTR_WAIT, default=False): cv.boolean,
-        probatio.Optional(ATTR_NOTIFY_TARGET): cv.string,
-        probatio.Optional(ATTR_PERSISTENT_NOTIFICATION, default=False): cv.boolean,
-    }
-)
-CANCEL_JOB_SCHEMA = probatio.Schema(
-    {
-        probatio.Optional(ATTR_CONFIG_ENTRY_ID): cv.string,
-        probatio.Required(ATTR_JOB_ID): cv.string,
-    }
-)
-LIST_JOBS_SCHEMA = probatio.Schema(
-    {
-        probatio.Optional(ATTR_CONFIG_ENTRY_ID): cv.string,
-        probatio.Optional(ATTR_STATUS): probatio.All(
-            cv.ensure_list, [probatio.In([status.value for status in JobStatus])]
-        ),
-    }
-)
-
-
-# --- which server -----------------------------------------------------------------------------
+# --- which server, and who asks ------------------------------------------------------------------
 
 
 def _loaded_entries(
@@ -176,12 +130,81 @@ def _job_managers(call: ServiceCall) -> list[JobManager]:
     ]
 
 
+async def _async_user(call: ServiceCall) -> User | None:
+    """Return the user who made the call (None: an automation, a script, Home Assistant)."""
+    if not (user_id := call.context.user_id):
+        return None
+    user = await call.hass.auth.async_get_user(user_id)
+    if user is None:
+        raise UnknownUser(context=call.context)
+    return user
+
+
+def _restricted(user: User | None) -> bool:
+    """Whether the caller is a user who is not an admin (see the module docstring)."""
+    return user is not None and not user.is_admin
+
+
+def _may_see(user: User | None, job: Job) -> bool:
+    """Whether the caller may list and cancel ``job``."""
+    return not _restricted(user) or (user is not None and job.user_id == user.id)
+
+
+async def _async_requester(
+    call: ServiceCall,
+    entry: LLMLanesConfigEntry,
+    user: User | None,
+    *,
+    named: str | None,
+    default: str,
+) -> str:
+    """Who the call is charged to.
+
+    A non-admin user always; else the requester the call gives, else ``named`` (a named job),
+    else the user or automation that called, else ``default``. A given or named requester is
+    kept only if the server keeps it (``RequesterRegistry``), else it is ``other``.
+    """
+    if user is not None and _restricted(user):
+        return user_requester(user.id)
+    asked: str | None = call.data.get(ATTR_REQUESTER) or named
+    if asked is not None:
+        return await entry.runtime_data.requesters.async_charge_as(call.hass, asked)
+    return requester_for_context(call.hass, call.context, default)
+
+
 # --- generate and run_benchmark -----------------------------------------------------------------
+
+
+def _refuse_unless_fits(
+    entry: LLMLanesConfigEntry, lane: Lane, prompt_tokens: int, output_tokens: int
+) -> None:
+    """Refuse, with the numbers, a request its lane or the server's context cannot take.
+
+    An answer longer than the lane allows is named first (the caller's own number), then a
+    request the server's context cannot hold, then a prompt over the lane's limit.
+    """
+    limits = entry.runtime_data.scheduler.settings.lanes[lane]
+    breach = limits.refusal(
+        lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
+    )
+    if breach is not None and breach.limit == "max_output_tokens":
+        raise validation_error(breach.translation_key, **breach.placeholders)
+    context = entry.runtime_data.server.context_per_slot
+    if context is not None and prompt_tokens + output_tokens > context:
+        raise validation_error(
+            "context_exceeded",
+            prompt_tokens=str(prompt_tokens),
+            output_tokens=str(output_tokens),
+            context=str(context),
+        )
+    if breach is not None:
+        raise validation_error(breach.translation_key, **breach.placeholders)
 
 
 async def async_generate(call: ServiceCall) -> ServiceResponse:
     """Send one prompt through the chosen server's scheduler and return the answer."""
     entry = _entry(call)
+    user = await _async_user(call)
     messages: list[ChatMessage] = []
     if instructions := call.data.get(ATTR_INSTRUCTIONS):
         messages.append(ChatMessage(role="system", content=instructions))
@@ -191,13 +214,19 @@ async def async_generate(call: ServiceCall) -> ServiceResponse:
         messages=tuple(messages),
         max_tokens=call.data.get(ATTR_MAX_TOKENS),
     )
-    requester = call.data.get(ATTR_REQUESTER) or requester_for_context(
-        call.hass, call.context, GENERATE_DEFAULT_REQUESTER
+    lane = Lane.from_key(call.data[ATTR_LANE])
+    scheduler = entry.runtime_data.scheduler
+    _refuse_unless_fits(
+        entry,
+        lane,
+        estimate_prompt_tokens(request),
+        request.max_tokens or scheduler.settings.lanes[lane].default_output_tokens,
+    )
+    requester = await _async_requester(
+        call, entry, user, named=None, default=GENERATE_DEFAULT_REQUESTER
     )
     with translated_errors():
-        result = await entry.runtime_data.scheduler.generate(
-            request, lane=Lane.from_key(call.data[ATTR_LANE]), requester=requester
-        )
+        result = await scheduler.generate(request, lane=lane, requester=requester)
     finished = result.finished
     return {
         "text": result.text,
@@ -218,6 +247,10 @@ async def async_generate(call: ServiceCall) -> ServiceResponse:
 async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
     """Calibrate the server on a built-in scenario; optionally apply the recommendation."""
     entry = _entry(call)
+    if (call.data[ATTR_APPLY] or call.data[ATTR_FORCE]) and _restricted(
+        await _async_user(call)
+    ):
+        raise Unauthorized(context=call.context)
     runtime = entry.runtime_data
     jobs = runtime.jobs.settings
     # The calibration loads the server for minutes: by default only in the quiet hours.
@@ -227,11 +260,14 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
             start=jobs.window_start.strftime("%H:%M"),
             end=jobs.window_end.strftime("%H:%M"),
         )
+    scenario = await call.hass.async_add_executor_job(
+        load_scenario, call.data[ATTR_SCENARIO]
+    )
     with translated_errors():
         result = await calibrate(
             runtime.backend,
             runtime.scheduler.settings,
-            scenario=call.data[ATTR_SCENARIO],
+            scenario=scenario,
             duration_s=call.data[ATTR_DURATION_S],
             model=entry.data[CONF_MODEL],
         )
@@ -252,11 +288,24 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
 # --- the jobs ------------------------------------------------------------------------------------
 
 
+def _job_prompt_room(entry: LLMLanesConfigEntry, max_output: int | None) -> int:
+    """Return the most prompt tokens a job may have.
+
+    That is its lane's limit, or less: what the server's context leaves beside the answer.
+    """
+    manager = entry.runtime_data.jobs
+    room = manager.max_prompt_tokens
+    context = entry.runtime_data.server.context_per_slot
+    if context is not None:
+        output = max_output or manager.default_output_tokens
+        room = min(room, context - output)
+    return room
+
+
 async def _async_prompt(
-    hass: HomeAssistant, manager: JobManager, data: dict[str, Any]
+    hass: HomeAssistant, data: dict[str, Any], max_prompt_tokens: int
 ) -> JobPrompt:
     """Build the job's prompt from the text or the entities' history."""
-    max_prompt_tokens = manager.max_prompt_tokens
     instructions: str | None = data.get(ATTR_INSTRUCTIONS)
     if ATTR_TEXT in data:
         return text_prompt(data[ATTR_TEXT], instructions, max_prompt_tokens)
@@ -274,10 +323,16 @@ async def _async_prompt(
 
 
 async def async_summarize(call: ServiceCall) -> ServiceResponse:
-    """Queue a summarization job; with ``run_now`` and ``wait``, return its text once done."""
+    """Queue a summarization job; with ``run_now`` and ``wait``, return its text once done.
+
+    A caller who waits is answered at once when the job waits for something that takes long
+    (the server is down, a retry's back-off, jobs are paused): with the job queued and why.
+    """
     hass = call.hass
     data = dict(call.data)
-    manager = _entry(call).runtime_data.jobs
+    entry = _entry(call)
+    user = await _async_user(call)
+    manager = entry.runtime_data.jobs
     max_output = data.get(ATTR_MAX_OUTPUT_TOKENS)
     lane_max = manager.max_output_tokens
     if max_output is not None and max_output > lane_max:
@@ -287,12 +342,22 @@ async def async_summarize(call: ServiceCall) -> ServiceResponse:
     target: str | None = data.get(ATTR_NOTIFY_TARGET)
     if target is not None and not notify_target_exists(hass, target):
         raise validation_error("notify_target_not_found", target=target)
-    prompt = await _async_prompt(hass, manager, data)
+    manager.check_room()
+    prompt = await _async_prompt(hass, data, _job_prompt_room(entry, max_output))
+    name: str | None = data.get(ATTR_NAME)
+    requester = await _async_requester(
+        call,
+        entry,
+        user,
+        named=job_requester(name) if name else None,
+        default=JOBS_REQUESTER,
+    )
     job = await manager.async_submit(
         JobSpec(
             prompt=prompt,
-            name=data.get(ATTR_NAME),
-            requester=data.get(ATTR_REQUESTER),
+            name=name,
+            requester=requester,
+            user_id=call.context.user_id,
             max_output_tokens=max_output,
             run_now=data[ATTR_RUN_NOW],
             notify_target=target,
@@ -300,43 +365,52 @@ async def async_summarize(call: ServiceCall) -> ServiceResponse:
         )
     )
     if data[ATTR_WAIT] and data[ATTR_RUN_NOW] and call.return_response:
-        job = await manager.async_wait(job.id, WAIT_TIMEOUT_S)
+        job = await manager.async_wait(job.id, WAIT_TIMEOUT_S, answer_long_waits=True)
     response: dict[str, Any] = {
         ATTR_JOB_ID: job.id,
         ATTR_STATUS: job.status.value,
+        ATTR_REQUESTER: job.requester,
         "prompt_note": job.prompt_note,
     }
     if job.status is JobStatus.DONE:
         response["text"] = job.text
         response["prompt_tokens"] = job.prompt_tokens
         response["output_tokens"] = job.output_tokens
-    elif job.status is JobStatus.FAILED:
+    elif job.last_error is not None:
         response["error"] = job.last_error
-    elif job.wait_reason is not None:
+    if job.wait_reason is not None:
         response["wait_reason"] = job.wait_reason.value
     return response
 
 
 async def async_cancel_job(call: ServiceCall) -> ServiceResponse:
-    """Cancel a queued or running job (of the server named, or of whichever holds it)."""
+    """Cancel a queued or running job (of the server named, or of whichever holds it).
+
+    A job a non-admin may not see is not found, as in ``list_jobs``.
+    """
     job_id: str = call.data[ATTR_JOB_ID]
+    user = await _async_user(call)
     for manager in _job_managers(call):
-        if manager.has_job(job_id):
+        if manager.has_job(job_id) and _may_see(user, manager.get(job_id)):
             job = await manager.async_cancel(job_id)
             return {ATTR_JOB_ID: job.id, ATTR_STATUS: job.status.value}
     raise validation_error("job_not_found", job_id=job_id)
 
 
 async def async_list_jobs(call: ServiceCall) -> ServiceResponse:
-    """List the jobs of one entry (or of every loaded entry), oldest first."""
+    """List the jobs of one entry (or of every loaded entry), oldest first.
+
+    A non-admin sees only the jobs they asked for.
+    """
     wanted: set[str] | None = (
         set(call.data[ATTR_STATUS]) if ATTR_STATUS in call.data else None
     )
+    user = await _async_user(call)
     jobs: list[Any] = [
         {**job.as_response(), ATTR_CONFIG_ENTRY_ID: manager.entry_id}
         for manager in _job_managers(call)
         for job in manager.jobs()
-        if wanted is None or job.status.value in wanted
+        if (wanted is None or job.status.value in wanted) and _may_see(user, job)
     ]
     return {"jobs": jobs}
 

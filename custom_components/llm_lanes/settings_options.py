@@ -1,4 +1,8 @@
-"""The one place where a config entry's options become settings: the scheduler's and the jobs'."""
+"""The one place where a config entry's options become settings: the scheduler's and the jobs'.
+
+What the server says bounds them too: its slot count is the default max sequences, and its context
+per slot caps every lane's prompt and output limits (a longer request could never run there).
+"""
 
 from __future__ import annotations
 
@@ -50,12 +54,15 @@ def parse_requester_quotas(text: str) -> dict[str, int]:
 
 
 def settings_from_options(
-    options: Mapping[str, Any], server_slots: int | None
+    options: Mapping[str, Any],
+    server_slots: int | None,
+    server_context: int | None = None,
 ) -> SchedulerSettings:
-    """Build scheduler settings from an entry's options.
+    """Build scheduler settings from an entry's options and what the server reports.
 
     Options not set keep the engine's defaults, except max sequences, which defaults to the slots
-    the server reports. Headroom is kept below max sequences so automations can always run.
+    the server reports. Headroom is kept below max sequences so automations can always run. With
+    ``server_context`` (tokens one slot holds), no lane lets a prompt or an answer exceed it.
     """
     base = SchedulerSettings()
     settings = replace(
@@ -83,6 +90,11 @@ def settings_from_options(
             if limit in lane_options:
                 current = getattr(settings.lanes[lane], limit)
                 changes[limit] = type(current)(lane_options[limit])
+        limits = settings.lanes[lane]
+        if server_context is not None and server_context > 0:
+            for limit in ("max_prompt_tokens", "max_output_tokens"):
+                current = changes.get(limit, getattr(limits, limit))
+                changes[limit] = min(current, server_context)
         if changes:
             settings = settings.with_lane(lane, **changes)
         limits = settings.lanes[lane]

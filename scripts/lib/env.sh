@@ -18,6 +18,9 @@ LLM_LANES_CACHE=${LLM_LANES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llm_lanes}
 LLM_LANES_ARTIFACTS_HOST="$LLM_LANES_CACHE/artifacts"
 LLM_LANES_MIN_PYTHON="3.14.2"
 FORKY_PACKAGES="python3.14,python3.14-venv,python3.14-dev,gcc,g++,make,cmake,libc6-dev,ca-certificates"
+# System libraries a full Home Assistant start loads (scripts/develop, tests/e2e): ffmpeg for the
+# voice pipeline's tts, libturbojpeg for camera (ai_task pulls it in). Without them it logs errors.
+HA_DEBIAN_PACKAGES=(ffmpeg libturbojpeg0)
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -92,7 +95,9 @@ build_forky_root() {
 # Runs "$@" at the repo root inside the environment (no venv activation needed: PATH has it first).
 in_env() {
   mkdir -p "$LLM_LANES_ARTIFACTS_HOST"
-  local passthrough=(TERM="${TERM:-dumb}" CI="${CI:-}" COLUMNS="${COLUMNS:-}" PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-}")
+  local passthrough=(TERM="${TERM:-dumb}" CI="${CI:-}" PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-}")
+  # An empty COLUMNS makes apt and others warn: pass it only when it has a value.
+  [ -n "${COLUMNS:-}" ] && passthrough+=(COLUMNS="$COLUMNS")
   local name
   for name in $(compgen -e | grep '^LLM_LANES_' || true); do
     case "$name" in LLM_LANES_CACHE|LLM_LANES_ARTIFACTS*|LLM_LANES_REPO) ;; *) passthrough+=("$name=${!name}") ;; esac
@@ -119,6 +124,28 @@ in_env() {
       VIRTUAL_ENV=/opt/venv LLM_LANES_ARTIFACTS=/artifacts "${passthrough[@]}" \
       /bin/sh -c 'cd /repo && exec "$@"' _ "$@"
   fi
+}
+
+# Installs Debian packages into the forky root (chroot mode) unless they are all there already.
+# Forky is Debian's testing suite, whose Release files the mirror lets run past their Valid-Until
+# (apt then stops at "Release file ... is expired"): the root's apt does not check that date. On a
+# host Python the packages come from the system's package manager: this only says what is missing.
+#   root_apt_install ffmpeg libturbojpeg0
+root_apt_install() {
+  local installed missing=() package
+  installed=$(in_env dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null || true)
+  for package in "$@"; do
+    grep -qx "$package install ok installed" <<<"$installed" || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$(env_mode)" != chroot ]; then
+    say "missing Debian packages (install them with the system's package manager): ${missing[*]}"
+    return 0
+  fi
+  say "installing ${missing[*]} into the Python 3.14 root"
+  local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -qq -o Acquire::Check-Valid-Until=false)
+  in_env "${apt[@]}" update >/dev/null
+  in_env "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 venv_python_for_setup() {

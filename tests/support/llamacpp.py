@@ -517,6 +517,15 @@ class LlamaServer:
         self.launch(*self.prepare())
         self.wait_healthy()
 
+    def kill(self) -> None:
+        """Kill the server at once (SIGKILL, as a crash would), and wait for it to be gone."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        self.stop()
+
     def stop(self) -> None:
         """Kill the server (its whole process group) and wait for it."""
         process, self._process = self._process, None

@@ -5,13 +5,16 @@ The manager keeps the jobs in a ``JobStore`` and starts one only when every thro
 - the run window is open (default 01:00-06:00 local time) and the night's token budget is not
   spent (it resets when the next window opens); a job asked to run now skips these two;
 - fewer than ``max_in_flight`` jobs run, the token bucket (tokens per minute) is not in debt,
-  jobs are not paused, and the house is quiet: no voice or interactive request is queued or
-  streaming, and those lanes' goodput over the scheduler's window meets the objective.
+  jobs are not paused, the server answers, and the house is quiet: no voice or interactive
+  request is queued or streaming, and those lanes' goodput over the scheduler's window meets the
+  objective.
 
 Once started, a job is the scheduler's business like any other background request (it may be
 preempted for voice and resumed). Server errors retry with exponential back-off up to
 ``max_attempts``. A job that is streaming when the entry unloads goes back to the queue marked
-``interrupted`` and runs again, once, after the next load; finished jobs never run again.
+``interrupted`` and runs again, once, after the next load, without using up an attempt; finished
+jobs never run again (and keep no prompt). At most ``MAX_WAITING_JOBS`` jobs wait at once and
+``MAX_FINISHED_JOBS`` finished ones are kept, so the store stays small whatever callers send.
 """
 
 from __future__ import annotations
@@ -48,6 +51,16 @@ from .throttles import (
 
 TICK_INTERVAL = timedelta(seconds=10)
 """How often waiting jobs are looked at again (window, bucket, back-off, retries, retention)."""
+MAX_WAITING_JOBS = 50
+"""Queued and running jobs of one server; one more is refused before anything is stored."""
+MAX_FINISHED_JOBS = 100
+"""Finished jobs kept (within the retention period); the oldest are forgotten first."""
+
+
+@dataclass(slots=True)
+class _Waiter:
+    future: asyncio.Future[Job]
+    answer_long_waits: bool
 
 
 @dataclass(slots=True)
@@ -68,11 +81,17 @@ class JobManager:
         *,
         model: str,
         settings: JobSettings | None = None,
+        reachable: Callable[[], bool] = lambda: True,
     ) -> None:
-        """Create the manager; nothing runs before ``async_start``."""
+        """Create the manager; nothing runs before ``async_start``.
+
+        ``reachable`` tells whether the server answers now; call ``reachability_changed`` when
+        that changes.
+        """
         self.hass = hass
         self.entry_id = entry_id
         self._scheduler = scheduler
+        self._reachable = reachable
         self._model = model
         self._settings = settings or JobSettings()
         self._store = JobStore(hass, entry_id)
@@ -82,7 +101,7 @@ class JobManager:
         self._paused = False
         self._bucket = TokenBucket(self._settings.tokens_per_minute, self._now_ts())
         self._listeners: list[Callable[[], None]] = []
-        self._waiters: dict[str, list[asyncio.Future[Job]]] = {}
+        self._waiters: dict[str, list[_Waiter]] = {}
         self._unsubscribers: list[Callable[[], None]] = []
         self._started = False
         self._stopping = False
@@ -115,10 +134,10 @@ class JobManager:
             self._unsubscribers.pop()()
         for running in list(self._running.values()):
             await self._async_stop_run(running)
-        for futures in self._waiters.values():
-            for future in futures:
-                if not future.done():
-                    future.cancel()
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                if not waiter.future.done():
+                    waiter.future.cancel()
         self._waiters.clear()
         await self._store.async_save(self._as_store_data())
 
@@ -128,8 +147,7 @@ class JobManager:
             if job.status is JobStatus.RUNNING:
                 # The last run stopped without saying how it ended (a crash, or a stop that
                 # could not write): it has not finished, so it runs again.
-                job.status = JobStatus.QUEUED
-                job.interrupted = True
+                job.interrupt()
             self._jobs[job.id] = job
         self._ledger = NightLedger.from_stored(stored["ledger"])
         self._paused = stored["paused"]
@@ -169,6 +187,11 @@ class JobManager:
     def max_output_tokens(self) -> int:
         """The most output tokens a job may ask for (the background lane's limit)."""
         return self._scheduler.settings.lanes[Lane.BACKGROUND].max_output_tokens
+
+    @property
+    def default_output_tokens(self) -> int:
+        """The output tokens a job asks for when it names no limit (the background lane's)."""
+        return self._scheduler.settings.lanes[Lane.BACKGROUND].default_output_tokens
 
     @property
     def paused(self) -> bool:
@@ -236,6 +259,11 @@ class JobManager:
         return self._settings.budget_spent(self.tokens_tonight)
 
     @callback
+    def reachability_changed(self) -> None:
+        """Look at the queue again: the server went down or came back."""
+        self._schedule_pump()
+
+    @callback
     def add_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
         """Be called when jobs or counters change (for the entities)."""
         self._listeners.append(listener)
@@ -253,8 +281,16 @@ class JobManager:
 
     # --- actions ------------------------------------------------------------------------------
 
+    @callback
+    def check_room(self) -> None:
+        """Refuse a new job while ``MAX_WAITING_JOBS`` wait (a translated validation error)."""
+        waiting = sum(not job.status.finished for job in self._jobs.values())
+        if waiting >= MAX_WAITING_JOBS:
+            raise validation_error("too_many_jobs", maximum=str(MAX_WAITING_JOBS))
+
     async def async_submit(self, spec: JobSpec) -> Job:
         """Queue a new job and look at the queue at once (it may start now)."""
+        self.check_room()
         job = Job.from_spec(uuid4().hex, spec, dt_util.utcnow())
         self._jobs[job.id] = job
         LOGGER.debug("Job %s queued (requester %s)", job.id, job.requester)
@@ -289,22 +325,29 @@ class JobManager:
             else:
                 self._interrupt(running.job)
 
-    async def async_wait(self, job_id: str, timeout: float) -> Job:
-        """Wait until the job finished, or ``timeout`` seconds; return it as it is then."""
+    async def async_wait(
+        self, job_id: str, timeout: float, *, answer_long_waits: bool = False
+    ) -> Job:
+        """Wait until the job finished, or ``timeout`` seconds; return it as it is then.
+
+        With ``answer_long_waits``, also return (at once if it is so already) when the job waits
+        for something that takes long (``WaitReason.is_long``: the server is down, a retry's
+        back-off, jobs are paused).
+        """
         job = self.get(job_id)
-        if job.status.finished:
+        if job.status.finished or (answer_long_waits and job.waits_long):
             return job
-        future: asyncio.Future[Job] = self.hass.loop.create_future()
-        self._waiters.setdefault(job_id, []).append(future)
+        waiter = _Waiter(self.hass.loop.create_future(), answer_long_waits)
+        self._waiters.setdefault(job_id, []).append(waiter)
         try:
             async with asyncio.timeout(timeout):
-                return await asyncio.shield(future)
+                return await asyncio.shield(waiter.future)
         except TimeoutError:
             return job
         finally:
-            futures = self._waiters.get(job_id, [])
-            if future in futures:
-                futures.remove(future)
+            waiters = self._waiters.get(job_id, [])
+            if waiter in waiters:
+                waiters.remove(waiter)
 
     # --- deciding what runs ------------------------------------------------------------------
 
@@ -342,6 +385,8 @@ class JobManager:
         """Why no job at all may start now (None: one may)."""
         if self._paused:
             return WaitReason.PAUSED
+        if not self._reachable():
+            return WaitReason.SERVER_UNREACHABLE
         if len(self._running) >= self._settings.max_in_flight:
             return WaitReason.IN_FLIGHT_LIMIT
         if house_busy(self._scheduler.snapshot(), self._settings.goodput_objective):
@@ -380,6 +425,8 @@ class JobManager:
             if job.wait_reason is not reason:
                 job.wait_reason = reason
                 changed = True
+                if reason.is_long:
+                    self._answer_waiters(job, finished=False)
         if changed:
             self._save()
             self._changed()
@@ -431,9 +478,7 @@ class JobManager:
     @callback
     def _interrupt(self, job: Job) -> None:
         """Put a job stopped by an unload back in the queue, to run again once after the next load."""
-        job.status = JobStatus.QUEUED
-        job.interrupted = True
-        job.started_at = None
+        job.interrupt()
         LOGGER.debug("Job %s interrupted; it runs again after the next start", job.id)
         self._save()
 
@@ -452,6 +497,7 @@ class JobManager:
                 type(err).__name__,
                 job.not_before.isoformat(),
             )
+            self._answer_waiters(job, finished=False)
             self._save()
             self._changed()
             return
@@ -472,21 +518,35 @@ class JobManager:
         if status is JobStatus.DONE:
             self._roll_night()
             self._ledger.jobs_done += 1
-        for future in self._waiters.pop(job.id, []):
-            if not future.done():
-                future.set_result(job)
+        self._answer_waiters(job)
+        self._prune(job.finished_at or dt_util.utcnow())
         self._save()
         self._changed()
 
+    @callback
+    def _answer_waiters(self, job: Job, *, finished: bool = True) -> None:
+        """Hand the job, as it is now, to the callers of ``async_wait`` waiting for this."""
+        waiters = self._waiters.pop(job.id, [])
+        for waiter in waiters:
+            if (finished or waiter.answer_long_waits) and not waiter.future.done():
+                waiter.future.set_result(job)
+        if kept := [waiter for waiter in waiters if not waiter.future.done()]:
+            self._waiters[job.id] = kept
+
     def _prune(self, now: datetime) -> None:
-        """Forget finished jobs older than the retention period."""
+        """Forget finished jobs older than the retention period, and past ``MAX_FINISHED_JOBS``."""
         cutoff = now - timedelta(days=self._settings.retention_days)
+        # Oldest first (the store keeps jobs in the order they came).
+        finished = sorted(
+            (job for job in self._jobs.values() if job.status.finished),
+            key=lambda job: job.finished_at or job.created_at,
+        )
+        excess = len(finished) - MAX_FINISHED_JOBS
         old = [
             job.id
-            for job in self._jobs.values()
-            if job.status.finished
-            and job.finished_at is not None
-            and job.finished_at < cutoff
+            for index, job in enumerate(finished)
+            if index < excess
+            or (job.finished_at is not None and job.finished_at < cutoff)
         ]
         for job_id in old:
             del self._jobs[job_id]

@@ -45,6 +45,25 @@ class WaitReason(StrEnum):
     IN_FLIGHT_LIMIT = "in_flight_limit"
     RATE_LIMIT = "rate_limit"
     RETRY_BACKOFF = "retry_backoff"
+    SERVER_UNREACHABLE = "server_unreachable"
+    """The server's last poll (or a request) failed; the job starts once it answers again."""
+
+    @property
+    def is_long(self) -> bool:
+        """Whether the wait may last long: a caller waiting for the job is answered at once."""
+        return self in LONG_WAITS
+
+
+LONG_WAITS: frozenset[WaitReason] = frozenset(
+    {
+        WaitReason.OUTSIDE_WINDOW,
+        WaitReason.BUDGET_SPENT,
+        WaitReason.PAUSED,
+        WaitReason.RETRY_BACKOFF,
+        WaitReason.SERVER_UNREACHABLE,
+    }
+)
+"""Waits measured in minutes or hours, or with no end in sight (a busy house passes soon)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,7 +73,9 @@ class JobSpec:
     prompt: JobPrompt
     name: str | None = None
     requester: str | None = None
-    """Who is charged; ``job:<name or id>`` when not given."""
+    """Who is charged; ``job:<name>`` (or ``job``) when not given."""
+    user_id: str | None = None
+    """The Home Assistant user who asked (who may list and cancel it besides admins)."""
     max_output_tokens: int | None = None
     run_now: bool = False
     notify_target: str | None = None
@@ -81,6 +102,7 @@ class Job:
     name: str | None
     requester: str
     created_at: datetime
+    user_id: str | None = None
     system_prompt: str
     prompt: str
     prompt_note: str | None
@@ -91,7 +113,7 @@ class Job:
     persistent_notification: bool = False
     status: JobStatus = JobStatus.QUEUED
     attempts: int = 0
-    """How many times the job was started."""
+    """How many times the job was started (an interrupted start is given back)."""
     interrupted: bool = False
     """Stopped mid-stream by an unload; it runs again (once) after the next load."""
     last_error: str | None = None
@@ -112,8 +134,9 @@ class Job:
         return cls(
             id=job_id,
             name=spec.name,
-            requester=spec.requester or job_requester(spec.name or job_id),
+            requester=spec.requester or job_requester(spec.name),
             created_at=created_at,
+            user_id=spec.user_id,
             system_prompt=spec.prompt.system,
             prompt=spec.prompt.user,
             prompt_note=spec.prompt.note,
@@ -132,6 +155,16 @@ class Job:
         self.not_before = None
         self.started_at = now
 
+    def interrupt(self) -> None:
+        """Go back to the queue after an unload, a restart or a crash stopped the run.
+
+        The run did not fail, so its attempt is given back: restarts never use up the retries.
+        """
+        self.status = JobStatus.QUEUED
+        self.interrupted = True
+        self.started_at = None
+        self.attempts = max(0, self.attempts - 1)
+
     def record(self, answer: JobAnswer) -> None:
         """Keep what the run brought back (the estimate stands in for a count the server did not give)."""
         self.text = answer.text
@@ -142,11 +175,21 @@ class Job:
         self.last_error = None
 
     def finish(self, status: JobStatus, now: datetime) -> None:
-        """End the job for good: done, failed or cancelled."""
+        """End the job for good: done, failed or cancelled; its prompt is no longer kept."""
         self.status = status
         self.finished_at = now
         self.wait_reason = None
         self.not_before = None
+        self.system_prompt = self.prompt = ""
+
+    @property
+    def waits_long(self) -> bool:
+        """Whether it is queued for something that takes long (see ``WaitReason.is_long``)."""
+        return (
+            self.status is JobStatus.QUEUED
+            and self.wait_reason is not None
+            and self.wait_reason.is_long
+        )
 
     @property
     def title(self) -> str:
@@ -173,6 +216,7 @@ class Job:
             "id": self.id,
             "name": self.name,
             "requester": self.requester,
+            "user_id": self.user_id,
             "created_at": self.created_at.isoformat(),
             "system_prompt": self.system_prompt,
             "prompt": self.prompt,
@@ -204,6 +248,7 @@ class Job:
             id=data["id"],
             name=data.get("name"),
             requester=data["requester"],
+            user_id=data.get("user_id"),
             created_at=_parse_dt(data["created_at"]),
             system_prompt=data.get("system_prompt", ""),
             prompt=data["prompt"],

@@ -1,8 +1,10 @@
 """The prompt of a summarization job: given text, or the recorded history of some entities.
 
-Whatever the source, the prompt is cut to fit the background lane's context limit, and the cut is
-said out loud: a note is added to the prompt (so the model can say the summary is partial) and kept
-on the job (so the user sees it in ``list_jobs`` and in the ``llm_lanes_summary_ready`` event).
+Whatever the source, the prompt is cut to fit the context limit of a job (the background lane's,
+or what the server's context leaves beside the answer), and the cut is said out loud: a note is
+added to the prompt (so the model can say the summary is partial) and kept on the job (so the user
+sees it in ``list_jobs`` and in the ``llm_lanes_summary_ready`` event). Instructions so long that
+they leave almost no room for the text are refused (``prompt_does_not_fit``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from homeassistant.helpers.recorder import get_instance
 import homeassistant.util.dt as dt_util
 
 from ..core.tokens import CHARS_PER_TOKEN, TOKENS_PER_MESSAGE, estimate_text_tokens  # noqa: TID252
+from ..errors import validation_error  # noqa: TID252
 
 SYSTEM_PROMPT = (
     "You write short, clear summaries for the people of a household. "
@@ -29,6 +32,8 @@ DEFAULT_HISTORY_INSTRUCTIONS = (
 )
 NOTE_RESERVE_TOKENS = 64
 """Room kept for the trimming note itself."""
+MIN_BODY_TOKENS = 32
+"""The least room the text or history must have beside the instructions (a few lines)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,14 +48,25 @@ class JobPrompt:
 
 
 def _body_budget(instructions: str, max_prompt_tokens: int) -> int:
-    """Tokens left for the text or history once the fixed parts are counted."""
+    """Tokens left for the text or history once the fixed parts are counted.
+
+    Raises a translated validation error when that leaves less than ``MIN_BODY_TOKENS``.
+    """
     fixed = (
         estimate_text_tokens(SYSTEM_PROMPT)
         + estimate_text_tokens(instructions)
         + 2 * TOKENS_PER_MESSAGE
         + NOTE_RESERVE_TOKENS
     )
-    return max(0, max_prompt_tokens - fixed)
+    budget = max_prompt_tokens - fixed
+    if budget < MIN_BODY_TOKENS:
+        raise validation_error(
+            "prompt_does_not_fit",
+            instructions=str(estimate_text_tokens(instructions)),
+            fixed=str(fixed + MIN_BODY_TOKENS),
+            maximum=str(max_prompt_tokens),
+        )
+    return budget
 
 
 def _assemble(instructions: str, body: str, note: str | None) -> JobPrompt:

@@ -6,6 +6,8 @@ night's ledger and whether jobs are paused. Migrations bring older documents up 
 - 1.1: jobs had ``state`` (no ``attempts``, ``last_error`` or ``interrupted``); no ledger, no pause.
 - 1.2: jobs have ``status``, ``attempts``, ``last_error`` and ``interrupted``; the document has
   ``ledger`` (``night``, ``tokens``, ``jobs_done``) and ``paused``.
+- 1.3: jobs have ``user_id`` (the user who asked; None before, so only admins see those jobs).
+  ``attempts`` no longer counts starts an unload or a restart interrupted.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from homeassistant.helpers.storage import Store
 from ..const import DOMAIN  # noqa: TID252
 
 STORAGE_VERSION = 1
-STORAGE_MINOR_VERSION = 2
+STORAGE_MINOR_VERSION = 3
 SAVE_DELAY_S = 1.0
 """Routine changes are written this long after the last one; a new job, a finished job and
 the manager's start and stop are written at once."""
@@ -91,6 +93,10 @@ def migrate_store_data(
         data["jobs"] = jobs
         data.setdefault("ledger", {"night": None, "tokens": 0, "jobs_done": 0})
         data.setdefault("paused", False)
+    if old_minor_version < 3:
+        data["jobs"] = [
+            {**job, "user_id": job.get("user_id")} for job in data.get("jobs", [])
+        ]
     return {
         "jobs": list(data.get("jobs", [])),
         "ledger": data["ledger"],

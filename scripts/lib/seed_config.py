@@ -1,0 +1,185 @@
+"""Write what ``scripts/develop`` stores in a config folder before Home Assistant starts.
+
+All three go through Home Assistant's own storage classes, in the format it loads at start:
+
+- the HTTP server (host and port): Home Assistant 2026.10 keeps it in ``.storage/http`` (what
+  *Settings → System → Network* edits) and raises a repair for an ``http:`` block in YAML;
+- onboarding's core-config step marked done: ``configuration.yaml`` already holds the core config,
+  and that step is the one that sets up Google Translate, Met.no and Radio Browser, which fail with
+  no internet (the owner account is still created in the UI);
+- with a URL, the LLM Lanes config entry (a conversation agent and an AI Task subentry) against the
+  server at that URL, after asking it what it is with the integration's own probe (the config
+  flow's check). When the folder already holds the entry made for the simulator (same kind and
+  model, on this machine), only its URL is brought up to date (the simulator may run on another
+  port this time).
+
+    python scripts/lib/seed_config.py CONFIG_DIR HTTP_PORT [URL]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+import sys
+from types import MappingProxyType
+from urllib.parse import urlsplit
+
+import aiohttp
+from homeassistant import config_entries
+from homeassistant.components.http.config import HTTP_STORAGE_SCHEMA, HTTPConfigStore
+from homeassistant.components.http.const import (
+    CONF_IP_BAN_ENABLED,
+    CONF_SERVER_HOST,
+    CONF_SERVER_PORT,
+)
+from homeassistant.components.onboarding import (
+    STORAGE_KEY as ONBOARDING_STORAGE_KEY,
+    STORAGE_VERSION as ONBOARDING_STORAGE_VERSION,
+    OnboardingStorage,
+)
+from homeassistant.components.onboarding.const import STEP_CORE_CONFIG
+from homeassistant.const import CONF_URL
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import llm
+from homeassistant.helpers.storage import Store
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from custom_components.llm_lanes.backend_setup import probe_server  # noqa: E402
+from custom_components.llm_lanes.const import (  # noqa: E402
+    CONF_KIND,
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    DEFAULT_AI_TASK_NAME,
+    DEFAULT_CONVERSATION_NAME,
+    DOMAIN,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.entity import SERVER_KIND_NAMES  # noqa: E402
+
+HTTP_HOST = "127.0.0.1"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+async def seed_http(hass: HomeAssistant, port: int) -> None:
+    """Serve on HTTP_HOST:port, as if set in Settings → System → Network and confirmed.
+
+    IP bans are off: on loopback they could only ban the developer. With them on, the onboarding
+    page's first request (its installation type, which Home Assistant refuses once any step is
+    done, here the core config) is logged as a failed login and raises a notification.
+    """
+    store = HTTPConfigStore(hass)
+    await store.async_set_pending(
+        HTTP_STORAGE_SCHEMA(
+            {
+                CONF_SERVER_HOST: [HTTP_HOST],
+                CONF_SERVER_PORT: port,
+                CONF_IP_BAN_ENABLED: False,
+            }
+        )
+    )
+    if store.pending is not None:
+        await store.async_promote_pending()
+    await store.async_mark_yaml_migration_done()
+
+
+async def seed_onboarding(hass: HomeAssistant) -> None:
+    """Mark onboarding's core-config step done (configuration.yaml holds the core config)."""
+    store = OnboardingStorage(
+        hass, ONBOARDING_STORAGE_VERSION, ONBOARDING_STORAGE_KEY, private=True
+    )
+    data = await store.async_load() or {"done": []}
+    if STEP_CORE_CONFIG not in data["done"]:
+        data["done"].append(STEP_CORE_CONFIG)
+        await store.async_save(data)
+
+
+async def seed_entry(hass: HomeAssistant, url: str) -> str:
+    """Write the entry unless one exists; return what happened."""
+    store: Store[dict[str, list[dict[str, object]]]] = Store(
+        hass,
+        config_entries.STORAGE_VERSION,
+        config_entries.STORAGE_KEY,
+        minor_version=config_entries.STORAGE_VERSION_MINOR,
+    )
+    stored = await store.async_load() or {"entries": []}
+    async with aiohttp.ClientSession() as session:
+        probed = await probe_server(session, url, None)
+    for existing in stored["entries"]:
+        data = existing["data"]
+        assert isinstance(data, dict)
+        # The entry this script made for the simulator on an earlier start, maybe on another port.
+        if (
+            existing.get("domain") == DOMAIN
+            and data.get(CONF_KIND) == probed.kind.value
+            and data.get(CONF_MODEL) in probed.info.models
+            and urlsplit(str(data.get(CONF_URL))).hostname in LOOPBACK
+        ):
+            if data[CONF_URL] == url:
+                result = f"{existing['title']} already set up for {url}"
+            else:
+                data[CONF_URL] = url
+                existing["unique_id"] = probed.info.unique_id
+                await store.async_save(stored)
+                result = f"{existing['title']} now points at {url}"
+            return result
+    model = (
+        probed.info.loaded_models[0]
+        if probed.info.loaded_models
+        else probed.info.models[0]
+    )
+    entry = config_entries.ConfigEntry(
+        data={CONF_URL: url, CONF_KIND: probed.kind.value, CONF_MODEL: model},
+        discovery_keys=MappingProxyType({}),
+        domain=DOMAIN,
+        minor_version=1,
+        options={},
+        source=config_entries.SOURCE_USER,
+        subentries_data=[
+            {
+                "subentry_type": SUBENTRY_CONVERSATION,
+                "data": {CONF_MODEL: model, CONF_LLM_HASS_API: [llm.LLM_API_ASSIST]},
+                "title": DEFAULT_CONVERSATION_NAME,
+                "unique_id": None,
+            },
+            {
+                "subentry_type": SUBENTRY_AI_TASK,
+                "data": {CONF_MODEL: model},
+                "title": DEFAULT_AI_TASK_NAME,
+                "unique_id": None,
+            },
+        ],
+        title=f"{SERVER_KIND_NAMES[probed.kind]} ({model})",
+        unique_id=probed.info.unique_id,
+        version=1,
+    )
+    stored["entries"].append(entry.as_dict())
+    await store.async_save(stored)
+    return f"created {entry.title} for {url}"
+
+
+async def seed(config_dir: Path, http_port: int, url: str | None) -> None:
+    """Write the HTTP server, onboarding's state and (with a URL) the entry."""
+    hass = HomeAssistant(str(config_dir))
+    await seed_http(hass, http_port)
+    await seed_onboarding(hass)
+    if url is not None:
+        print(await seed_entry(hass, url), flush=True)
+    await hass.async_stop(force=True)
+
+
+def run(config_dir: Path, http_port: int, url: str | None) -> None:
+    """Seed a config folder (what the command line does)."""
+    asyncio.run(seed(config_dir, http_port, url))
+
+
+def main() -> int:
+    """Seed the config folder named on the command line."""
+    config_dir, http_port = Path(sys.argv[1]), int(sys.argv[2])
+    run(config_dir, http_port, sys.argv[3] if len(sys.argv) > 3 else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

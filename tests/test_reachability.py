@@ -1,0 +1,197 @@
+"""How fast "Server reachable" follows the server, and what callers see while it is down.
+
+A request that cannot connect marks the server down at once; one cut short (the server killed
+mid-stream) has it polled at once; while it is down it is polled every ``DOWN_POLL_INTERVAL``, so
+it shows as reachable within seconds of its return. Jobs do not start while it is down, and a
+caller waiting for a job is answered at once, with the job queued and why.
+
+The last test kills a real ``llama-server`` mid-stream: the kill and the failure are real, and so
+is the time it takes "Server reachable" to go off; the polls after the restart run on Home
+Assistant's fake time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+import time
+
+from homeassistant.const import STATE_OFF, STATE_ON
+from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
+from homeassistant.util import dt as dt_util
+import pytest
+from pytest_homeassistant_custom_component.common import (
+    MockConfigEntry,
+    async_fire_time_changed,
+)
+
+from custom_components.llm_lanes.const import SERVER_POLL_INTERVAL
+from custom_components.llm_lanes.coordinator import DOWN_POLL_INTERVAL
+from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
+from custom_components.llm_lanes.core.errors import StreamClosedError
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.jobs.model import JobStatus
+from tests.support.llamacpp import MODEL_ALIAS, LlamaServer
+
+from .support.entities import state_of
+from .support.entries import async_set_up, server_entry
+from .support.requests import async_call_action, async_generate, async_wait_for
+
+OFF_WITHIN_S = 2.0
+BACK_WITHIN = timedelta(seconds=5)
+
+
+def _reachable(hass: HomeAssistant, entry: MockConfigEntry) -> str:
+    return state_of(hass, entry, "binary_sensor", "server_reachable")
+
+
+async def _move_on(hass: HomeAssistant, by: timedelta) -> None:
+    """Move Home Assistant's time on; the polls due by then run."""
+    async_fire_time_changed(hass, dt_util.utcnow() + by)
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
+async def test_a_request_that_cannot_connect_marks_the_server_down_at_once(
+    hass: HomeAssistant, sim: SimulatedServer, init_integration: MockConfigEntry
+) -> None:
+    """Off as the request fails (no poll needed), polled every few seconds, on once it is back."""
+    entry = init_integration
+    server = entry.runtime_data.server
+    port = sim.port
+    await sim.stop()
+    assert _reachable(hass, entry) == STATE_ON  # no poll has run since
+
+    with pytest.raises(HomeAssistantError) as err:
+        await async_call_action(
+            hass, "generate", config_entry_id=entry.entry_id, prompt="Lights?"
+        )
+    assert err.value.translation_key == "cannot_connect"
+    assert _reachable(hass, entry) == STATE_OFF
+    assert server.unreachable_since is not None
+    assert server.update_interval == DOWN_POLL_INTERVAL
+
+    await _move_on(hass, DOWN_POLL_INTERVAL)  # still down: polled again, still off
+    assert _reachable(hass, entry) == STATE_OFF
+
+    async with SimulatedServer(replace(sim.config, port=port)):
+        await _move_on(hass, DOWN_POLL_INTERVAL)
+        assert _reachable(hass, entry) == STATE_ON
+        assert server.update_interval == SERVER_POLL_INTERVAL
+        assert server.unreachable_since is None
+        assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_a_request_that_succeeds_while_the_server_shows_down_polls_it(
+    hass: HomeAssistant, sim: SimulatedServer, init_integration: MockConfigEntry
+) -> None:
+    """A request that gets an answer while the server shows as down has it polled at once."""
+    entry = init_integration
+    port = sim.port
+    await sim.stop()
+    await entry.runtime_data.server.async_refresh()
+    assert _reachable(hass, entry) == STATE_OFF
+    async with SimulatedServer(replace(sim.config, port=port)):
+        await async_generate(entry, requester="automation:automation.x")
+        await hass.async_block_till_done(wait_background_tasks=True)
+        assert _reachable(hass, entry) == STATE_ON
+        assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_summarize_and_wait_answers_at_once_while_the_server_is_down(
+    hass: HomeAssistant, sim: SimulatedServer, init_integration: MockConfigEntry
+) -> None:
+    """Unknown down: the first attempt fails, and the caller gets the job queued with the error.
+
+    Known down: the job is not even started; the caller gets it queued, server unreachable. Once
+    the server is back (and polled), the job runs.
+    """
+    entry = init_integration
+    manager = entry.runtime_data.jobs
+    port = sim.port
+    await sim.stop()
+
+    first = await async_call_action(
+        hass, "summarize", text="The door opened.", run_now=True, wait=True
+    )
+    assert first["status"] == "queued"
+    assert first["wait_reason"] == "retry_backoff"
+    assert "BackendConnectionError" in first["error"]
+    assert _reachable(hass, entry) == STATE_OFF
+
+    second = await async_call_action(
+        hass, "summarize", text="The window opened.", run_now=True, wait=True
+    )
+    assert second["status"] == "queued"
+    assert second["wait_reason"] == "server_unreachable"
+    assert manager.get(second["job_id"]).attempts == 0
+
+    async with SimulatedServer(replace(sim.config, port=port)):
+        await _move_on(hass, DOWN_POLL_INTERVAL)
+        assert _reachable(hass, entry) == STATE_ON
+        job = await manager.async_wait(second["job_id"], 60)
+        assert job.status is JobStatus.DONE
+        assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+@pytest.mark.llamacpp
+async def test_killing_the_real_server_mid_stream(
+    ha_core: HomeAssistant, socket_enabled: None
+) -> None:
+    """Kill llama-server mid-stream: "Server reachable" is off within 2 s, on within 5 s after.
+
+    The server's slots hold 1,024 tokens, so the lanes stop there and a longer prompt is refused
+    up front.
+    """
+    hass = ha_core
+    server = LlamaServer(parallel=2)
+    await server.__aenter__()
+    try:
+        entry = await async_set_up(
+            hass, server_entry(server.url, "llama_cpp", model=MODEL_ALIAS)
+        )
+        runtime = entry.runtime_data
+        assert runtime.server.context_per_slot == server.context_per_slot
+        assert (
+            runtime.scheduler.settings.lanes[Lane.VOICE].max_prompt_tokens
+            == server.context_per_slot
+        )
+        with pytest.raises(ServiceValidationError) as err:
+            await async_call_action(
+                hass,
+                "generate",
+                config_entry_id=entry.entry_id,
+                prompt="word " * 1500,
+            )
+        assert err.value.translation_key == "context_exceeded"
+
+        stream = runtime.scheduler.stream(
+            ChatRequest(
+                model=MODEL_ALIAS,
+                messages=(ChatMessage(role="user", content="Tell a long story."),),
+                max_tokens=800,
+                temperature=0.0,
+            ),
+            lane=Lane.AUTOMATION,
+            requester="automation:automation.story",
+        )
+        assert (await anext(stream)) is not None
+        killed_at = time.monotonic()
+        await asyncio.to_thread(server.kill)
+        with pytest.raises(StreamClosedError):
+            async for _ in stream:
+                pass
+        async with asyncio.timeout(OFF_WITHIN_S):
+            await async_wait_for(lambda: _reachable(hass, entry) == STATE_OFF)
+        assert time.monotonic() - killed_at < OFF_WITHIN_S
+
+        server = LlamaServer(parallel=2, port=server.port)
+        await server.__aenter__()
+        await _move_on(hass, BACK_WITHIN)
+        assert _reachable(hass, entry) == STATE_ON
+        assert DOWN_POLL_INTERVAL <= BACK_WITHIN
+        assert await hass.config_entries.async_unload(entry.entry_id)
+    finally:
+        await server.__aexit__(None, None, None)

@@ -42,8 +42,14 @@ import time
 
 from .accounting import Accounting
 from .backends.base import Answer, Backend, ChatRequest, StreamChunk, TokenUsage
-from .batch_cost import BackgroundLimiter, BatchCostModel, foreground_lanes
+from .batch_cost import (
+    BackgroundLimiter,
+    BatchCostModel,
+    PrefillPacer,
+    foreground_lanes,
+)
 from .errors import (
+    BackendHTTPError,
     LanesError,
     QueueFullError,
     QueueTimeoutError,
@@ -100,6 +106,7 @@ class Scheduler:
         self._listeners: list[Listener] = []
         self._cost_model = BatchCostModel(max(self._settings.max_sequences, 8))
         self._limiter = BackgroundLimiter(self._cost_model)
+        self._pacer = PrefillPacer()
         self._accounting = Accounting(
             self._settings,
             share=self._state.share,
@@ -510,6 +517,7 @@ class Scheduler:
         stream: AsyncGenerator[StreamChunk] | None = None
         accounting = self._accounting
         try:
+            await self._prefill_in_steps(ticket, request)
             iterator = self._backend.chat(request)
             if isinstance(iterator, AsyncGenerator):
                 stream = iterator
@@ -543,6 +551,42 @@ class Scheduler:
             if stream is not None:
                 with contextlib.suppress(Exception):
                     await stream.aclose()
+
+    async def _prefill_in_steps(self, ticket: Ticket, request: ChatRequest) -> None:
+        """Prefill a long background prompt into its slot step by step (see ``PrefillPacer``).
+
+        Between two steps a voice command joins the server's next iteration; if the request is
+        preempted meanwhile, what was prefilled stays cached on its slot for its resumption.
+        """
+        backend = self._backend
+        step_s = self._settings.prefill_step_s
+        if (
+            not backend.prefills_in_steps
+            or step_s <= 0
+            or request.slot is None
+            or ticket.queued.lane is not Lane.BACKGROUND
+        ):
+            return
+        step = self._pacer.step_tokens(step_s)
+        steps = -(-ticket.queued.prompt_tokens // step)
+        if steps < 2:
+            return
+        try:
+            text = await backend.render_prompt(request)
+            for index in range(1, steps):
+                done = await backend.prefill(
+                    request.model, text[: len(text) * index // steps], request.slot
+                )
+                self._pacer.observe(done.evaluated_tokens, done.seconds)
+        except BackendHTTPError as err:
+            if err.status not in {404, 405, 501}:
+                raise
+            _LOGGER.info(
+                "%s cannot prefill in steps (HTTP %s); sending prompts whole",
+                backend.base_url,
+                err.status,
+            )
+            backend.prefills_in_steps = False
 
     # --- the end of a request ---------------------------------------------------------------------------
 

@@ -61,6 +61,10 @@ class SchedulerSettings:
     foreground_slowdown: float = 1.5
     """How much slower than alone voice and interactive tokens may come because background
     streams share the server's batch (the learned background limit keeps within it)."""
+    prefill_step_s: float = 0.025
+    """Where the server can prefill a prompt into a slot in steps (llama.cpp), background prompts
+    longer than a step are prefilled in steps of about this long (the step size is learned), so
+    a voice command never waits behind a whole long prompt; 0: off."""
     server_slots: int | None = None
     """Slots the server has, where it says (llama.cpp); the scheduler places requests on them."""
     input_weight: float = 1.0

@@ -189,6 +189,14 @@ class ServerMetrics:
     output_tokens_total: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PrefillStep:
+    """What one prefill step cost the server."""
+
+    evaluated_tokens: int
+    seconds: float
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackendTimeouts:
     """How long a backend waits for the server before it gives up with a typed error."""
@@ -212,6 +220,9 @@ class Backend(ABC):
     base_url: str
     chooses_slots: bool = False
     """Whether requests may name the server slot they run on (``ChatRequest.slot``)."""
+    prefills_in_steps: bool = False
+    """Whether a prompt can be prefilled into a slot's cache in steps (``render_prompt`` and
+    ``prefill``) before the request that uses it; turned off when the server refuses."""
 
     @abstractmethod
     async def server_info(self) -> ServerInfo:
@@ -236,3 +247,11 @@ class Backend(ABC):
     @abstractmethod
     async def warm_up(self, model: str) -> bool:
         """Load the model and keep it resident; return whether it is loaded now."""
+
+    async def render_prompt(self, request: ChatRequest) -> str:
+        """Return the prompt text the server's chat template makes of a request."""
+        raise NotImplementedError
+
+    async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
+        """Evaluate ``text`` (the start of a rendered prompt) into a slot's prompt cache."""
+        raise NotImplementedError

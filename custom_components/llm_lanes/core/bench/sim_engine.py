@@ -89,6 +89,9 @@ class Sequence:
     """The answer's tokens (the slot's cache holds the prompt and what was generated)."""
     want_slot: int | None = None
     """The slot the request named (it waits for it)."""
+    prefill_only: bool = False
+    """Evaluate the prompt into the slot's cache and end (llama.cpp ``/completion`` with
+    ``n_predict: 0``)."""
     cached_prompt_tokens: int = 0
     """Prompt tokens the slot's cache held when the sequence was admitted (last admission)."""
 
@@ -176,6 +179,7 @@ class Engine:
         prompt_text: str = "",
         pieces: tuple[str, ...] = (),
         slot: int | None = None,
+        prefill_only: bool = False,
     ) -> Sequence:
         """Queue a sequence; its tokens arrive on ``sequence.tokens``."""
         seq = Sequence(
@@ -186,9 +190,10 @@ class Engine:
             prompt_text=prompt_text,
             pieces=pieces,
             want_slot=slot if slot is not None and 0 <= slot < self.slots else None,
+            prefill_only=prefill_only,
         )
         self.stats.requests_total += 1
-        if seq.max_new_tokens == 0:
+        if seq.max_new_tokens == 0 and not prefill_only:
             self._end(seq)
             return seq
         self.waiting.append(seq)
@@ -290,6 +295,7 @@ class Engine:
         budget = self.prefill_chunk_tokens
         prefilled = 0
         emitting: list[Sequence] = []
+        done_prefilling: list[Sequence] = []
         decoding = 0
         for seq in self.running:
             if seq.prefill_remaining > 0:
@@ -308,6 +314,8 @@ class Engine:
                 if seq.prefill_remaining == 0:
                     # The last prompt chunk's logits give the next token in the same pass.
                     emitting.append(seq)
+                    if seq.prefill_only:
+                        done_prefilling.append(seq)
             else:
                 decoding += 1
                 emitting.append(seq)
@@ -326,6 +334,11 @@ class Engine:
             self.stats.decode_iterations_total += 1
             self.stats.busy_slots_sum += len(self.running)
             self.stats.tokens_predicted_seconds_total += seconds
+        for seq in done_prefilling:
+            emitting.remove(seq)
+            if seq in self.running:
+                self.running.remove(seq)
+                self._end(seq)
         for seq in emitting:
             if seq.cancelled or seq not in self.running:
                 continue

@@ -35,6 +35,7 @@ from .sim_answers import (
     SimMessage,
     SimTool,
     count_prompt_tokens,
+    count_text_tokens,
     plan_answer,
     render_prompt,
 )
@@ -172,6 +173,8 @@ class SimulatedServer:
                 web.get("/health", self._health),
                 web.get("/slots", self._slots),
                 web.get("/metrics", self._metrics),
+                web.post("/apply-template", self._apply_template),
+                web.post("/completion", self._completion),
             ]
         else:
             routes += [
@@ -259,6 +262,51 @@ class SimulatedServer:
                 f"llamacpp:{name} {_number(value)}",
             ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        try:
+            chat = _parse_openai(body)
+        except (KeyError, TypeError, ValueError) as err:
+            return _error(400, f"invalid request: {err}", openai=True)
+        return web.json_response({"prompt": render_prompt(chat.messages, chat.tools)})
+
+    async def _completion(self, request: web.Request) -> web.Response:
+        """Evaluate a raw prompt into a slot's cache (only ``n_predict: 0`` is simulated)."""
+        body = await _json_body(request)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or body.get("n_predict") != 0:
+            return _error(
+                400, "the simulator only prefills (n_predict: 0)", openai=True
+            )
+        tokens = max(1, count_text_tokens(prompt))
+        seq = self.engine.submit(
+            tokens,
+            0,
+            prompt_text=prompt,
+            slot=_slot(body.get("id_slot")),
+            prefill_only=True,
+        )
+        try:
+            while await seq.tokens.get() is not None:
+                pass
+        finally:
+            self.engine.cancel(seq)
+        evaluated = tokens - seq.cached_prompt_tokens
+        costs = self.config.costs
+        return web.json_response(
+            {
+                "content": "",
+                "tokens_predicted": 0,
+                "tokens_evaluated": tokens,
+                "timings": {
+                    "cache_n": seq.cached_prompt_tokens,
+                    "prompt_n": evaluated,
+                    "prompt_ms": 1000
+                    * (costs.fixed_s + costs.per_prefill_token_s * evaluated),
+                },
+            }
+        )
 
     # --- OpenAI-compatible ----------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
@@ -12,7 +13,7 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.typing import ConfigType
 
 from .backend_setup import build_backend
-from .const import CONF_KIND, CONF_MODEL, DOMAIN
+from .const import CONF_KIND, CONF_MODEL, DOMAIN, SUBENTRY_CLIENT
 from .coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
@@ -21,7 +22,10 @@ from .coordinator import (
 )
 from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
+from .core.settings import SchedulerSettings
 from .entity import server_device_info
+from .gateway import async_register_gateway
+from .gateway.clients import client_quotas
 from .jobs.manager import JobManager
 from .jobs.store import JobStore
 from .repairs import async_track_server_issues
@@ -42,8 +46,9 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
-    """Register the integration's actions (once, whatever the number of servers)."""
+    """Register the actions and the gateway's endpoints (once, whatever the number of servers)."""
     async_setup_services(hass)
+    async_register_gateway(hass)
     return True
 
 
@@ -62,9 +67,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     ):  # pragma: no cover - first refresh raises instead
         raise ConfigEntryNotReady
 
-    scheduler = Scheduler(
-        backend, settings_from_options(entry.options, server.data.info.slots)
-    )
+    scheduler = Scheduler(backend, scheduler_settings(entry, server.data.info.slots))
     activity = ActivityCoordinator(hass, entry, scheduler)
     jobs = JobManager(
         hass,
@@ -105,8 +108,9 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
 async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
     """Apply changed options to the running scheduler, without a reload.
 
-    Subentry changes (agents, AI Task entities) also land here; they need new entities, so the
-    entry reloads when the set of subentries no longer matches the loaded entities.
+    Subentry changes also land here. Agents and AI Task entities need new entities, so the
+    entry reloads when they no longer match the loaded entities; gateway clients need none
+    (their keys are looked up per request, their quotas are scheduler settings).
     """
     runtime = entry.runtime_data
     if subentry_signature(entry) != runtime.subentries:
@@ -114,19 +118,32 @@ async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
         return
     server = runtime.server
     slots = server.data.info.slots if server.data is not None else None
-    runtime.scheduler.update_settings(settings_from_options(entry.options, slots))
+    runtime.scheduler.update_settings(scheduler_settings(entry, slots))
     runtime.jobs.update_settings(
         job_settings_from_options(entry.options, runtime.jobs.settings)
     )
 
 
+def scheduler_settings(
+    entry: LLMLanesConfigEntry, server_slots: int | None
+) -> SchedulerSettings:
+    """Build the scheduler settings of the options, with the daily quotas the clients set."""
+    settings = settings_from_options(entry.options, server_slots)
+    quotas = {**settings.requester_quotas, **client_quotas(entry)}
+    return replace(settings, requester_quotas=quotas)
+
+
 def subentry_signature(
     entry: LLMLanesConfigEntry,
 ) -> dict[str, tuple[str, str, dict[str, Any]]]:
-    """Describe what the subentry entities depend on: their type, title and data."""
+    """Describe what the subentry entities depend on: their type, title and data.
+
+    Gateway clients have no entities of their own and are left out.
+    """
     return {
         subentry_id: (subentry.subentry_type, subentry.title, dict(subentry.data))
         for subentry_id, subentry in entry.subentries.items()
+        if subentry.subentry_type != SUBENTRY_CLIENT
     }
 
 

@@ -1,7 +1,8 @@
 """Who is charged for a request: requester ids, and the names their token sensors show.
 
 ``user:<ha user id>``, ``device:<device id>`` (a voice satellite), ``automation:<entity id>``,
-``ai_task`` (an AI Task call from an unknown automation), ``job:<job name>``, else free text.
+``ai_task`` (an AI Task call from an unknown automation), ``job:<job name>``,
+``client:<subentry id>`` (an app using the gateway with its client key), else free text.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Final
 from homeassistant.const import ATTR_FRIENDLY_NAME
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import device_registry as dr, entity_registry as er
+
+from .const import DOMAIN
 
 AI_TASK_REQUESTER: Final = "ai_task"
 AUTOMATION_DOMAIN: Final = "automation"
@@ -34,6 +37,11 @@ def automation_requester(entity_id: str) -> str:
 def job_requester(name: str) -> str:
     """Name the requester of a stored job."""
     return f"job:{name}"
+
+
+def client_requester(subentry_id: str) -> str:
+    """Name the requester of a gateway client (its subentry)."""
+    return f"client:{subentry_id}"
 
 
 def automation_for_context(hass: HomeAssistant, context: Context | None) -> str | None:
@@ -82,6 +90,15 @@ async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
             name = registry_entry.name or registry_entry.original_name
     elif kind == "job" and ident:
         name = ident
+    elif kind == "client" and ident:
+        name = next(
+            (
+                subentry.title
+                for entry in hass.config_entries.async_entries(DOMAIN)
+                if (subentry := entry.subentries.get(ident)) is not None
+            ),
+            None,
+        )
     elif requester == AI_TASK_REQUESTER:
         name = "AI Task"
     return str(name) if name else requester

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from aiohttp import web
 from homeassistant.config_entries import ConfigEntry, ConfigSubentry
 from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
@@ -20,7 +21,6 @@ from homeassistant.setup import async_setup_component
 import ollama
 import openai
 import pytest
-from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.llm_lanes.const import CONF_LANE, DOMAIN, SUBENTRY_CLIENT
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
@@ -66,11 +66,11 @@ class Gateway:
         return f"{self.url}{OPENAI_PATH}"
 
     def ollama_url(self, api_key: str) -> str:
-        """The Ollama-compatible host URL of a key."""
+        """Return the Ollama-compatible host URL of a key."""
         return f"{self.url}{OLLAMA_PATH}/{api_key}"
 
     def openai(self, api_key: str) -> openai.AsyncOpenAI:
-        """An OpenAI client with ``api_key`` (no retries: a test sees every answer)."""
+        """Make an OpenAI client with ``api_key`` (no retries: a test sees every answer)."""
         client = openai.AsyncOpenAI(
             base_url=self.openai_url, api_key=api_key, max_retries=0, timeout=TIMEOUT_S
         )
@@ -78,13 +78,17 @@ class Gateway:
         return client
 
     def ollama(self, api_key: str) -> ollama.AsyncClient:
-        """An Ollama client of a key's host URL."""
+        """Make an Ollama client of a key's host URL."""
         client = ollama.AsyncClient(host=self.ollama_url(api_key), timeout=TIMEOUT_S)
         self._closing.append(client)
         return client
 
     async def add_client(
-        self, entry: ConfigEntry, name: str = "Open WebUI", lane: str = "interactive", **data: Any
+        self,
+        entry: ConfigEntry,
+        name: str = "Open WebUI",
+        lane: str = "interactive",
+        **data: Any,
     ) -> ClientKey:
         """Add a client subentry to a running entry, as the UI does (no reload)."""
         api_key = new_api_key()
@@ -130,18 +134,35 @@ async def http_with_ban(hass: HomeAssistant) -> None:
 
 
 @pytest.fixture
+def handler_cancellation() -> bool:
+    """Whether the HTTP server cancels a handler whose client disconnects.
+
+    Home Assistant's own server does, as aiohttp's test server does; an aiohttp server does not
+    by default, and the gateway then notices the disconnect itself. Tests of disconnects run
+    both ways.
+    """
+    return True
+
+
+@pytest.fixture
 async def gateway(
-    ha_core: HomeAssistant,
-    aiohttp_client: ClientSessionGenerator,
-    socket_enabled: None,
+    ha_core: HomeAssistant, socket_enabled: None, handler_cancellation: bool
 ) -> AsyncIterator[Gateway]:
     """Serve Home Assistant's HTTP app on loopback; its real clients are closed afterwards.
 
     LLM Lanes (and what it depends on) is set up first: views cannot be added to a running app.
+    The app runs as Home Assistant runs it (``AppRunner``), on a free loopback port.
     """
     hass = ha_core
     assert await async_setup_component(hass, DOMAIN, {})
-    client = await aiohttp_client(hass.http.app)
-    gateway = Gateway(hass, str(client.make_url("")).rstrip("/"))
+    runner = web.AppRunner(
+        hass.http.app, handler_cancellation=handler_cancellation, shutdown_timeout=1
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    gateway = Gateway(hass, f"http://127.0.0.1:{port}")
     yield gateway
     await gateway.close()
+    await runner.cleanup()

@@ -27,7 +27,7 @@ DIMENSIONS = 8
 
 
 def embedding_of(text: str) -> list[float]:
-    """The simulated embedding of ``text``: its hash, as numbers in [0, 1)."""
+    """Return the simulated embedding of ``text``: its hash, as numbers in [0, 1)."""
     digest = hashlib.sha256(text.encode()).digest()
     return [byte / 256 for byte in digest[:DIMENSIONS]]
 
@@ -75,7 +75,9 @@ class GatewaySim(SimulatedServer):
         )
         response = web.StreamResponse(
             headers={
-                "Content-Type": "application/x-ndjson" if ollama else "text/event-stream"
+                "Content-Type": "application/x-ndjson"
+                if ollama
+                else "text/event-stream"
             }
         )
         await response.prepare(request)
@@ -155,7 +157,7 @@ class GatewaySim(SimulatedServer):
 
 
 def plan_answer_of_one() -> Any:
-    """A plan of one empty token: the engine prefills the inputs and is done."""
+    """Plan one empty token: the engine prefills the inputs and is done."""
     return plan_answer(
         seed=0,
         messages=[SimMessage(role="user", content="")],

@@ -12,9 +12,9 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
+from tests.support.entries import MODEL
+from tests.support.requests import finished_requests
 
-from ..support.entries import MODEL
-from ..support.requests import finished_requests
 from .conftest import Gateway
 from .sim import embedding_of
 
@@ -80,9 +80,7 @@ async def test_server_owned_options_stay_out(
     assert body.get("keep_alive") != 0
 
 
-async def test_tool_call(
-    gateway: Gateway, init_integration: MockConfigEntry
-) -> None:
+async def test_tool_call(gateway: Gateway, init_integration: MockConfigEntry) -> None:
     """A tool call comes with its arguments as an object."""
     client = await gateway.add_client(init_integration)
     api = gateway.ollama(client.api_key)
@@ -124,7 +122,11 @@ async def test_generate_and_embed(
     raw = [
         part.response
         async for part in await api.generate(
-            model=MODEL, prompt="The kitchen", raw=True, stream=True, options={"num_predict": 4}
+            model=MODEL,
+            prompt="The kitchen",
+            raw=True,
+            stream=True,
+            options={"num_predict": 4},
         )
     ]
     assert "".join(raw)

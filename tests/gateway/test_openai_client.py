@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
+from tests.support.entries import MODEL
+from tests.support.requests import finished_requests
 
-from ..support.entries import MODEL
-from ..support.requests import finished_requests
 from .conftest import Gateway
 from .sim import embedding_of
 
@@ -47,11 +46,19 @@ async def test_streamed_chat_is_scheduled_for_the_client(
     )
     events = [event async for event in stream]
 
-    texts = [e.choices[0].delta.content for e in events if e.choices and e.choices[0].delta.content]
+    texts = [
+        e.choices[0].delta.content
+        for e in events
+        if e.choices and e.choices[0].delta.content
+    ]
     assert len(texts) >= 2  # one event per token
     assert events[-1].usage is not None
     assert events[-1].usage.completion_tokens == len(texts)
-    finish = [e.choices[0].finish_reason for e in events if e.choices and e.choices[0].finish_reason]
+    finish = [
+        e.choices[0].finish_reason
+        for e in events
+        if e.choices and e.choices[0].finish_reason
+    ]
     assert finish in (["stop"], ["length"])
     assert [(f.lane, f.requester, f.outcome) for f in finished] == [
         (Lane.VOICE, client.requester, "ok")
@@ -119,7 +126,9 @@ async def test_raw_completion(
     client = await gateway.add_client(init_integration)
     api = gateway.openai(client.api_key)
 
-    whole = await api.completions.create(model=MODEL, prompt="The kitchen", max_tokens=5)
+    whole = await api.completions.create(
+        model=MODEL, prompt="The kitchen", max_tokens=5
+    )
     assert whole.choices[0].text
     assert sim.requests_seen[-1]["prompt"] == "The kitchen"
 
@@ -146,17 +155,3 @@ async def test_home_assistant_token_is_a_user(
     assert [(f.lane, f.requester) for f in finished] == [
         (Lane.INTERACTIVE, f"user:{hass_admin_user.id}")  # type: ignore[attr-defined]
     ]
-
-
-async def test_wrong_key_is_refused(
-    gateway: Gateway, init_integration: MockConfigEntry
-) -> None:
-    """A wrong key is a 401 in OpenAI's shape."""
-    api = gateway.openai("not-a-key")
-    try:
-        await api.models.list()
-    except openai.AuthenticationError as err:
-        assert err.status_code == 401
-        assert err.code == "invalid_api_key"
-    else:
-        raise AssertionError("a wrong key was accepted")

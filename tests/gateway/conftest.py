@@ -150,11 +150,13 @@ async def gateway(
 ) -> AsyncIterator[Gateway]:
     """Serve Home Assistant's HTTP app on loopback; its real clients are closed afterwards.
 
-    LLM Lanes (and what it depends on) is set up first: views cannot be added to a running app.
-    The app runs as Home Assistant runs it (``AppRunner``), on a free loopback port.
+    The app runs as Home Assistant runs it (``AppRunner``), on a free loopback port. As in the
+    harness's ``aiohttp_client``, the router is kept unfrozen so that integrations set up later
+    can still add views.
     """
     hass = ha_core
     assert await async_setup_component(hass, DOMAIN, {})
+    hass.http.app._router.freeze = lambda: None  # type: ignore[method-assign]
     runner = web.AppRunner(
         hass.http.app, handler_cancellation=handler_cancellation, shutdown_timeout=1
     )

@@ -44,9 +44,13 @@ async def _converse(hass: HomeAssistant, entry: MockConfigEntry, platform: str) 
 
 
 async def _assert_counted(
-    hass: HomeAssistant, entry: MockConfigEntry, client: ClientKey, lane: Lane, name: str
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    client: ClientKey,
+    lane: Lane,
+    name: str,
 ) -> None:
-    """The lane and the client's requester counted the turn; its sensor is named after it."""
+    """Check that the lane and the client's requester counted the turn, and its sensor's name."""
     snapshot = entry.runtime_data.scheduler.snapshot()
     assert snapshot.lanes[lane].finished_total >= 1
     tokens = snapshot.requesters[client.requester]
@@ -58,7 +62,9 @@ async def _assert_counted(
     assert sensor is not None
     state = hass.states.get(sensor)
     assert state is not None
-    assert int(state.state) == tokens.prompt_tokens_total + tokens.output_tokens_total > 0
+    assert (
+        int(state.state) == tokens.prompt_tokens_total + tokens.output_tokens_total > 0
+    )
     assert name in state.attributes["friendly_name"]
 
 
@@ -66,7 +72,9 @@ async def test_core_ollama_integration(
     hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
 ) -> None:
     """Home Assistant's Ollama integration, pointed at the client's host URL, answers a turn."""
-    client = await gateway.add_client(init_integration, name="Core Ollama", lane="voice")
+    client = await gateway.add_client(
+        init_integration, name="Core Ollama", lane="voice"
+    )
     finished = finished_requests(init_integration)
     ollama_entry = MockConfigEntry(
         domain="ollama",
@@ -114,4 +122,6 @@ async def test_core_llama_cpp_integration(
     assert [(f.lane, f.requester, f.outcome) for f in finished] == [
         (Lane.AUTOMATION, client.requester, "ok")
     ]
-    await _assert_counted(hass, init_integration, client, Lane.AUTOMATION, "Core llama.cpp")
+    await _assert_counted(
+        hass, init_integration, client, Lane.AUTOMATION, "Core llama.cpp"
+    )

@@ -44,8 +44,12 @@ async def test_voice_client_overtakes_background_queue(
 ) -> None:
     """With one sequence at a time, a voice client's request runs before queued background ones."""
     await async_set_options(hass, init_integration, **{OPT_MAX_SEQUENCES: 1})
-    nightly = await gateway.add_client(init_integration, name="Batch", lane="background")
-    satellite = await gateway.add_client(init_integration, name="Satellite", lane="voice")
+    nightly = await gateway.add_client(
+        init_integration, name="Batch", lane="background"
+    )
+    satellite = await gateway.add_client(
+        init_integration, name="Satellite", lane="voice"
+    )
     scheduler = init_integration.runtime_data.scheduler
     finished = finished_requests(init_integration)
     order: list[str] = []
@@ -54,15 +58,23 @@ async def test_voice_client_overtakes_background_queue(
     tasks = [asyncio.create_task(_first_token(background, "batch 1", order))]
     await async_wait_for(lambda: order == ["batch 1"])
     tasks += [
-        asyncio.create_task(_first_token(background, f"batch {n}", order)) for n in (2, 3)
+        asyncio.create_task(_first_token(background, f"batch {n}", order))
+        for n in (2, 3)
     ]
-    await async_wait_for(lambda: scheduler.snapshot().lanes[Lane.BACKGROUND].queue_depth == 2)
+    await async_wait_for(
+        lambda: scheduler.snapshot().lanes[Lane.BACKGROUND].queue_depth == 2
+    )
     tasks.append(
-        asyncio.create_task(_first_token(gateway.openai(satellite.api_key), "voice", order))
+        asyncio.create_task(
+            _first_token(gateway.openai(satellite.api_key), "voice", order)
+        )
     )
     await asyncio.gather(*tasks)
 
     assert order == ["batch 1", "voice", "batch 2", "batch 3"]
     lanes = {f.requester: f.lane for f in finished}
-    assert lanes == {nightly.requester: Lane.BACKGROUND, satellite.requester: Lane.VOICE}
+    assert lanes == {
+        nightly.requester: Lane.BACKGROUND,
+        satellite.requester: Lane.VOICE,
+    }
     assert all(f.outcome == "ok" for f in finished)

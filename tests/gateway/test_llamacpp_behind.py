@@ -37,7 +37,7 @@ def gateway_llama_server() -> Iterator[LlamaServer]:
 async def llama_entry(
     hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
 ) -> AsyncIterator[MockConfigEntry]:
-    """An LLM Lanes entry for the real server (set up after the gateway's app runs)."""
+    """Set up an LLM Lanes entry for the real server (after the gateway's app runs)."""
     entry = server_entry(
         gateway_llama_server.url,
         "llama_cpp",
@@ -69,7 +69,11 @@ async def test_both_endpoints_in_front_of_llama_server(
         temperature=0,
     )
     events = [event async for event in stream]
-    texts = [e.choices[0].delta.content for e in events if e.choices and e.choices[0].delta.content]
+    texts = [
+        e.choices[0].delta.content
+        for e in events
+        if e.choices and e.choices[0].delta.content
+    ]
     assert texts
     assert events[-1].usage is not None
     assert events[-1].usage.completion_tokens == 12  # the server's own count

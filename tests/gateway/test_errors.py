@@ -12,17 +12,24 @@ import contextlib
 import logging
 from unittest.mock import patch
 
+from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 import ollama
 import openai
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.const import OPT_MAX_SEQUENCES, OPT_QUOTA_ACTION
+from custom_components.llm_lanes.const import (
+    CONF_LANE,
+    OPT_MAX_SEQUENCES,
+    OPT_QUOTA_ACTION,
+    SUBENTRY_CLIENT,
+)
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.gateway.relay import MAX_BODY_BYTES
 from tests.support.entities import async_set_options
-from tests.support.entries import MODEL
+from tests.support.entries import MODEL, async_set_up, server_entry
+from tests.support.llamacpp import free_port
 from tests.support.requests import async_wait_for, finished_requests
 
 from .conftest import LOGIN_THRESHOLD, Gateway
@@ -247,3 +254,29 @@ async def test_error_after_the_first_token_ends_the_stream(
         async for _ in events:
             pass
     assert "closed" in failed.value.message
+
+
+async def test_client_of_a_server_not_set_up_is_503(
+    hass: HomeAssistant, gateway: Gateway
+) -> None:
+    """A valid key of a server that failed to set up is "unavailable", not "unauthorized"."""
+    entry = server_entry(
+        f"http://127.0.0.1:{free_port()}",
+        "llama_cpp",
+        subentries_data=[
+            {
+                "subentry_type": SUBENTRY_CLIENT,
+                "data": {
+                    CONF_LANE: "voice",
+                    CONF_API_KEY: "a-key-of-a-server-that-is-down",
+                },
+                "title": "Phone",
+                "unique_id": None,
+            }
+        ],
+    )
+    await async_set_up(hass, entry, loaded=False)
+    with pytest.raises(openai.APIStatusError) as down:
+        await gateway.openai("a-key-of-a-server-that-is-down").models.list()
+    assert down.value.status_code == 503
+    assert "not available" in down.value.message

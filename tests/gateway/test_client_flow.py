@@ -37,8 +37,7 @@ from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
 
 from .conftest import Gateway
-
-HELLO = [{"role": "user", "content": "Hello"}]
+from .samples import HELLO
 
 
 @pytest.fixture

@@ -19,9 +19,7 @@ from tests.support.entries import MODEL
 from tests.support.requests import async_wait_for, finished_requests
 
 from .conftest import Gateway
-
-LONG = {"max_tokens": 2000, "extra_body": {"ignore_eos": True}}
-HELLO = [{"role": "user", "content": "Hello"}]
+from .samples import HELLO, long_stream
 
 pytestmark = pytest.mark.parametrize("handler_cancellation", [False, True])
 
@@ -38,9 +36,7 @@ async def test_disconnect_mid_stream_frees_the_slot(
     """Closing a stream after its first tokens cancels it at the server and frees its slot."""
     client = await gateway.add_client(init_integration)
     finished = finished_requests(init_integration)
-    stream = await gateway.openai(client.api_key).chat.completions.create(
-        model=MODEL, messages=HELLO, stream=True, **LONG
-    )
+    stream = await long_stream(gateway.openai(client.api_key))
     events = aiter(stream)
     await anext(events)
     await anext(events)
@@ -65,9 +61,7 @@ async def test_disconnect_while_queued_frees_the_place(
     holder = await gateway.add_client(init_integration, name="Holder")
     client = await gateway.add_client(init_integration, name="Impatient")
     scheduler = init_integration.runtime_data.scheduler
-    stream = await gateway.openai(holder.api_key).chat.completions.create(
-        model=MODEL, messages=HELLO, stream=True, **LONG
-    )
+    stream = await long_stream(gateway.openai(holder.api_key))
     await anext(aiter(stream))
     seen = len(sim.requests_seen)
 

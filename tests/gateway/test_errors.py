@@ -33,8 +33,7 @@ from tests.support.llamacpp import free_port
 from tests.support.requests import async_wait_for, finished_requests
 
 from .conftest import LOGIN_THRESHOLD, Gateway
-
-HELLO = [{"role": "user", "content": "Hello"}]
+from .samples import HELLO, long_stream
 
 
 @pytest.fixture
@@ -46,13 +45,7 @@ def sim_config() -> SimConfig:
 @contextlib.asynccontextmanager
 async def holding_the_slot(api: openai.AsyncOpenAI) -> AsyncIterator[None]:
     """Keep a long answer streaming (its first token came: it holds its slot) during the block."""
-    stream = await api.chat.completions.create(
-        model=MODEL,
-        messages=HELLO,
-        stream=True,
-        max_tokens=2000,
-        extra_body={"ignore_eos": True},
-    )
+    stream = await long_stream(api)
     await anext(aiter(stream))
     try:
         yield
@@ -236,13 +229,7 @@ async def test_error_after_the_first_token_ends_the_stream(
 ) -> None:
     """A server that fails mid-stream: the stream ends with an error event, not a 500."""
     client = await gateway.add_client(init_integration)
-    stream = await gateway.openai(client.api_key).chat.completions.create(
-        model=MODEL,
-        messages=HELLO,
-        stream=True,
-        max_tokens=2000,
-        extra_body={"ignore_eos": True},
-    )
+    stream = await long_stream(gateway.openai(client.api_key))
     events = aiter(stream)
     await anext(events)
     # The server dies: its open connections drop.

@@ -12,6 +12,7 @@ from homeassistant.components import conversation
 from homeassistant.const import CONF_API_KEY, CONF_MODEL, CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import entity_registry as er, intent
+import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import DOMAIN
@@ -23,7 +24,7 @@ from tests.support.requests import finished_requests
 from .conftest import ClientKey, Gateway
 
 
-async def _converse(hass: HomeAssistant, entry: MockConfigEntry, platform: str) -> str:
+async def _converse(hass: HomeAssistant, entry: MockConfigEntry) -> str:
     """Set up a core integration's entry and have its agent answer one turn."""
     entry.add_to_hass(hass)
     assert await hass.config_entries.async_setup(entry.entry_id)
@@ -68,60 +69,51 @@ async def _assert_counted(
     assert name in state.attributes["friendly_name"]
 
 
-async def test_core_ollama_integration(
-    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
-) -> None:
-    """Home Assistant's Ollama integration, pointed at the client's host URL, answers a turn."""
-    client = await gateway.add_client(
-        init_integration, name="Core Ollama", lane="voice"
-    )
-    finished = finished_requests(init_integration)
-    ollama_entry = MockConfigEntry(
-        domain="ollama",
-        version=3,
-        minor_version=3,
-        data={CONF_URL: gateway.ollama_url(client.api_key)},
+def _core_entry(domain: str, gateway: Gateway, client: ClientKey) -> MockConfigEntry:
+    """Build the entry of Home Assistant's ``ollama`` or ``llama_cpp`` integration, as a client."""
+    if domain == "ollama":
+        data = {CONF_URL: gateway.ollama_url(client.api_key)}
+        agent = {CONF_MODEL: MODEL}
+        versions = {"version": 3, "minor_version": 3}
+    else:
+        data = {"base_url": gateway.openai_url, CONF_API_KEY: client.api_key}
+        agent = {"chat_model": MODEL, "streaming": True}
+        versions = {}
+    return MockConfigEntry(
+        domain=domain,
+        data=data,
         subentries_data=[
             {
                 "subentry_type": "conversation",
-                "data": {CONF_MODEL: MODEL},
-                "title": "Ollama via LLM Lanes",
+                "data": agent,
+                "title": f"{domain} via LLM Lanes",
                 "unique_id": None,
             }
         ],
+        **versions,
     )
-    await _converse(hass, ollama_entry, "ollama")
-    assert [(f.lane, f.requester, f.outcome) for f in finished] == [
-        (Lane.VOICE, client.requester, "ok")
-    ]
-    await _assert_counted(hass, init_integration, client, Lane.VOICE, "Core Ollama")
 
 
-async def test_core_llama_cpp_integration(
-    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+@pytest.mark.parametrize(
+    ("domain", "lane"), [("ollama", Lane.VOICE), ("llama_cpp", Lane.AUTOMATION)]
+)
+async def test_core_integration_as_a_client(
+    hass: HomeAssistant,
+    gateway: Gateway,
+    init_integration: MockConfigEntry,
+    domain: str,
+    lane: Lane,
 ) -> None:
-    """Home Assistant's llama.cpp integration, with the OpenAI base URL and key, answers a turn."""
-    client = await gateway.add_client(
-        init_integration, name="Core llama.cpp", lane="automation"
-    )
+    """A core integration pointed at the gateway answers a turn, in its client's lane.
+
+    Home Assistant's llama.cpp integration asks for 3,000 output tokens: the lane's limit caps
+    them, nothing is refused.
+    """
+    name = f"Core {domain}"
+    client = await gateway.add_client(init_integration, name=name, lane=lane.key)
     finished = finished_requests(init_integration)
-    llama_entry = MockConfigEntry(
-        domain="llama_cpp",
-        data={"base_url": gateway.openai_url, CONF_API_KEY: client.api_key},
-        subentries_data=[
-            {
-                "subentry_type": "conversation",
-                "data": {"chat_model": MODEL, "streaming": True},
-                "title": "llama.cpp via LLM Lanes",
-                "unique_id": None,
-            }
-        ],
-    )
-    await _converse(hass, llama_entry, "llama_cpp")
-    # Home Assistant asks for 3,000 output tokens; the lane's limit caps it, nothing is refused.
+    await _converse(hass, _core_entry(domain, gateway, client))
     assert [(f.lane, f.requester, f.outcome) for f in finished] == [
-        (Lane.AUTOMATION, client.requester, "ok")
+        (lane, client.requester, "ok")
     ]
-    await _assert_counted(
-        hass, init_integration, client, Lane.AUTOMATION, "Core llama.cpp"
-    )
+    await _assert_counted(hass, init_integration, client, lane, name)

@@ -16,20 +16,8 @@ from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
 
 from .conftest import Gateway
+from .samples import LIGHTS, TURN_ON
 from .sim import embedding_of
-
-LIGHTS = {
-    "type": "function",
-    "function": {
-        "name": "HassTurnOn",
-        "description": "Turn on a device",
-        "parameters": {
-            "type": "object",
-            "properties": {"name": {"type": "string"}},
-            "required": ["name"],
-        },
-    },
-}
 
 
 async def test_streamed_chat(
@@ -86,7 +74,7 @@ async def test_tool_call(gateway: Gateway, init_integration: MockConfigEntry) ->
     api = gateway.ollama(client.api_key)
     answer = await api.chat(
         model=MODEL,
-        messages=[{"role": "user", "content": 'HassTurnOn name="Kitchen light"'}],
+        messages=TURN_ON,
         tools=[LIGHTS],
     )
     (call,) = answer.message.tool_calls or []

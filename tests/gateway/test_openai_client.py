@@ -13,20 +13,8 @@ from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
 
 from .conftest import Gateway
+from .samples import LIGHTS, TURN_ON
 from .sim import embedding_of
-
-LIGHTS = {
-    "type": "function",
-    "function": {
-        "name": "HassTurnOn",
-        "description": "Turn on a device",
-        "parameters": {
-            "type": "object",
-            "properties": {"name": {"type": "string"}},
-            "required": ["name"],
-        },
-    },
-}
 
 
 async def test_streamed_chat_is_scheduled_for_the_client(
@@ -82,7 +70,7 @@ async def test_whole_chat_and_a_tool_call(
 
     called = await api.chat.completions.create(
         model=MODEL,
-        messages=[{"role": "user", "content": 'HassTurnOn name="Kitchen light"'}],
+        messages=TURN_ON,
         tools=[LIGHTS],
     )
     choice = called.choices[0]

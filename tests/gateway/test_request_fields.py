@@ -11,12 +11,7 @@ from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from tests.support.entries import MODEL
 
 from .conftest import Gateway
-
-ROOM = {
-    "type": "object",
-    "properties": {"room": {"type": "string", "enum": ["kitchen", "hall"]}},
-    "required": ["room"],
-}
+from .samples import ROOM
 
 
 def _sent(body: dict[str, object]) -> dict[str, object]:

@@ -91,6 +91,16 @@ def model_not_found(model: str) -> GatewayError:
     )
 
 
+def unknown_endpoint(method: str, path: str) -> GatewayError:
+    """Refuse a path neither API has (``path`` as the client may see it: no key in it)."""
+    return GatewayError(
+        HTTPStatus.NOT_FOUND,
+        f"no such endpoint: {method} {path}",
+        kind=NOT_FOUND,
+        code="unknown_endpoint",
+    )
+
+
 def unavailable(message: str) -> GatewayError:
     """Refuse a request the server behind cannot take now (down, not set up)."""
     return GatewayError(
@@ -120,93 +130,44 @@ def _backend_http_error(err: BackendHTTPError) -> GatewayError:
     )
 
 
-_MAPPING: tuple[tuple[type[LanesError], Callable[[Any], GatewayError]], ...] = (
-    (
-        InvalidRequestError,
-        lambda err: GatewayError(
-            HTTPStatus.BAD_REQUEST, err.message, code="invalid_value", param=err.field
-        ),
-    ),
-    (LimitExceededError, _limit_error),
-    (
-        QueueFullError,
-        lambda err: GatewayError(
-            HTTPStatus.TOO_MANY_REQUESTS,
-            err.message,
-            kind=RATE_LIMIT,
-            code="queue_full",
-            retry_after=QUEUE_RETRY_AFTER_S,
-        ),
-    ),
-    (
-        QuotaExceededError,
-        lambda err: GatewayError(
-            HTTPStatus.TOO_MANY_REQUESTS,
-            err.message,
-            kind=RATE_LIMIT,
-            code="quota_exceeded",
-            retry_after=QUOTA_RETRY_AFTER_S,
-        ),
-    ),
-    (
-        QueueTimeoutError,
-        lambda err: GatewayError(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            err.message,
-            kind=UNAVAILABLE,
-            code="queue_timeout",
-            retry_after=QUEUE_RETRY_AFTER_S,
-        ),
-    ),
-    (SchedulerClosedError, lambda err: unavailable(err.message)),
-    (
-        ModelNotFoundError,
-        lambda err: GatewayError(
-            HTTPStatus.NOT_FOUND, err.message, kind=NOT_FOUND, code="model_not_found"
-        ),
-    ),
-    (
-        ToolsUnsupportedError,
-        lambda err: GatewayError(
-            HTTPStatus.BAD_REQUEST, err.message, code="tools_unsupported", param="tools"
-        ),
-    ),
-    (
-        ServerBusyError,
-        lambda err: GatewayError(
-            HTTPStatus.SERVICE_UNAVAILABLE,
-            err.message,
-            kind=UNAVAILABLE,
-            code="server_busy",
-            retry_after=QUEUE_RETRY_AFTER_S,
-        ),
-    ),
-    (
-        AuthError,
-        lambda err: GatewayError(
-            HTTPStatus.BAD_GATEWAY,
-            f"the LLM server refused LLM Lanes' own key: {err.message}",
-            kind=UNAVAILABLE,
-            code="server_auth",
-        ),
-    ),
-    (BackendHTTPError, _backend_http_error),
-    (BackendConnectionError, lambda err: unavailable(err.message)),
-    (
-        BackendTimeoutError,
-        lambda err: GatewayError(
-            HTTPStatus.GATEWAY_TIMEOUT, err.message, kind=UNAVAILABLE, code="timeout"
-        ),
-    ),
-)
-"""Engine errors and what they answer, most specific first."""
+_STATUSES: tuple[
+    tuple[type[LanesError], HTTPStatus, str, str, str | None, int | None], ...
+] = (
+    # error                 status                          type             code                  param    Retry-After
+    (QueueFullError,        HTTPStatus.TOO_MANY_REQUESTS,   RATE_LIMIT,      "queue_full",         None,    QUEUE_RETRY_AFTER_S),
+    (QuotaExceededError,    HTTPStatus.TOO_MANY_REQUESTS,   RATE_LIMIT,      "quota_exceeded",     None,    QUOTA_RETRY_AFTER_S),
+    (QueueTimeoutError,     HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "queue_timeout",      None,    QUEUE_RETRY_AFTER_S),
+    (SchedulerClosedError,  HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_unavailable", None,    None),
+    (ModelNotFoundError,    HTTPStatus.NOT_FOUND,           NOT_FOUND,       "model_not_found",    "model", None),
+    (ToolsUnsupportedError, HTTPStatus.BAD_REQUEST,         INVALID_REQUEST, "tools_unsupported",  "tools", None),
+    (ServerBusyError,       HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_busy",        None,    QUEUE_RETRY_AFTER_S),
+    (AuthError,             HTTPStatus.BAD_GATEWAY,         UNAVAILABLE,     "server_auth",        None,    None),
+    (BackendConnectionError, HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,    "server_unavailable", None,    None),
+    (BackendTimeoutError,   HTTPStatus.GATEWAY_TIMEOUT,     UNAVAILABLE,     "timeout",            None,    None),
+)  # fmt: skip
+"""Engine errors and what they answer, most specific first (the server's own statuses after)."""
 
 
 def http_error_of(err: LanesError) -> GatewayError:
     """Return the HTTP error of an engine error (a bad gateway for whatever is not listed)."""
-    for kind, build in _MAPPING:
+    if isinstance(err, InvalidRequestError):
+        return GatewayError(
+            HTTPStatus.BAD_REQUEST, err.message, code="invalid_value", param=err.field
+        )
+    if isinstance(err, LimitExceededError):
+        return _limit_error(err)
+    for kind, status, error_type, code, param, retry_after in _STATUSES:
         if isinstance(err, kind):
-            return build(err)
+            return GatewayError(
+                status,
+                err.message,
+                kind=error_type,
+                code=code,
+                param=param,
+                retry_after=retry_after,
+            )
+    if isinstance(err, BackendHTTPError):
+        return _backend_http_error(err)
     return GatewayError(
         HTTPStatus.BAD_GATEWAY, err.message, kind=UNAVAILABLE, code="server_error"
     )

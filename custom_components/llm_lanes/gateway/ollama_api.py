@@ -8,8 +8,6 @@ whatever the server behind (requests and streams are translated by ``core.protoc
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 import time
 from typing import Final
 
@@ -21,11 +19,9 @@ from ..core.protocols import ollama  # noqa: TID252
 from ..core.protocols.common import Fields, ParsedChat  # noqa: TID252
 from .auth import Caller, async_authenticate
 from .clients import OLLAMA_PATH
-from .errors import NOT_FOUND, OLLAMA_WIRE, GatewayError
-from .relay import read_json, serve
+from .errors import OLLAMA_WIRE
+from .relay import Handler, read_json, serve
 from .serving import Server, async_answer, async_embed, server_for, servers_for
-
-type Handler = Callable[[web.Request, Caller], Awaitable[web.StreamResponse]]
 
 API_VERSION: Final = "0.12.6"
 """The Ollama version reported when the server behind is not Ollama (its API is served)."""
@@ -56,18 +52,13 @@ class OllamaView(HomeAssistantView):
 async def _async_serve(
     request: web.Request, key: str, method: str, endpoint: str
 ) -> web.StreamResponse:
-    async def handle() -> web.StreamResponse:
-        caller = await async_authenticate(request, key, users=False)
-        handler = _ROUTES.get((method, endpoint))
-        if handler is None:
-            raise GatewayError(
-                HTTPStatus.NOT_FOUND,
-                f"no such endpoint: {method} /api/{endpoint}",
-                kind=NOT_FOUND,
-            )
-        return await handler(request, caller)
-
-    return await serve(request, OLLAMA_WIRE, handle)
+    return await serve(
+        request,
+        OLLAMA_WIRE,
+        lambda: async_authenticate(request, key, users=False),
+        _ROUTES.get((method, endpoint)),
+        f"/api/{endpoint}",
+    )
 
 
 def _server(request: web.Request, caller: Caller) -> Server:

@@ -8,8 +8,6 @@ requester, in the interactive lane).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 import secrets
 import time
 from typing import Final
@@ -19,13 +17,12 @@ from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from ..const import DOMAIN  # noqa: TID252
 from ..core.protocols import openai  # noqa: TID252
+from ..core.protocols.common import ParsedChat  # noqa: TID252
 from .auth import Caller, async_authenticate, bearer_key
 from .clients import OPENAI_PATH
-from .errors import NOT_FOUND, OPENAI_WIRE, GatewayError, model_not_found
-from .relay import read_json, serve
+from .errors import OPENAI_WIRE, model_not_found
+from .relay import Handler, read_json, serve
 from .serving import async_answer, async_embed, servers_for
-
-type Handler = Callable[[web.Request, Caller], Awaitable[web.StreamResponse]]
 
 MODEL_PREFIX: Final = "models/"
 
@@ -50,22 +47,17 @@ class OpenAIView(HomeAssistantView):
 async def _async_serve(
     request: web.Request, method: str, endpoint: str
 ) -> web.StreamResponse:
-    async def handle() -> web.StreamResponse:
-        caller = await async_authenticate(request, bearer_key(request), users=True)
-        path = endpoint.strip("/")
-        if method == "GET" and path.startswith(MODEL_PREFIX):
-            return _model(request, caller, path.removeprefix(MODEL_PREFIX))
-        handler = _ROUTES.get((method, path))
-        if handler is None:
-            raise GatewayError(
-                HTTPStatus.NOT_FOUND,
-                f"no such endpoint: {method} {OPENAI_PATH}/{path}",
-                kind=NOT_FOUND,
-                code="unknown_endpoint",
-            )
-        return await handler(request, caller)
-
-    return await serve(request, OPENAI_WIRE, handle)
+    path = endpoint.strip("/")
+    handler = _ROUTES.get((method, path))
+    if method == "GET" and path.startswith(MODEL_PREFIX):
+        handler = _model
+    return await serve(
+        request,
+        OPENAI_WIRE,
+        lambda: async_authenticate(request, bearer_key(request), users=True),
+        handler,
+        f"{OPENAI_PATH}/{path}",
+    )
 
 
 async def _models(request: web.Request, caller: Caller) -> web.Response:
@@ -74,40 +66,35 @@ async def _models(request: web.Request, caller: Caller) -> web.Response:
     return web.json_response(openai.models_to_wire(names, owner=DOMAIN))
 
 
-def _model(request: web.Request, caller: Caller, model: str) -> web.Response:
+async def _model(request: web.Request, caller: Caller) -> web.Response:
+    model = request.match_info["endpoint"].strip("/").removeprefix(MODEL_PREFIX)
     for server in servers_for(request.app[KEY_HASS], caller):
         if (name := server.served_model(model)) is not None:
             return web.json_response(openai.model_to_wire(name, owner=DOMAIN))
     raise model_not_found(model)
 
 
-def _answer_id(prefix: str) -> str:
-    return f"{prefix}-{secrets.token_hex(12)}"
-
-
 async def _chat(request: web.Request, caller: Caller) -> web.StreamResponse:
     parsed = openai.parse_chat(await read_json(request))
-
-    def encoder() -> openai.StreamEncoder:
-        return openai.StreamEncoder(
-            model=parsed.request.model,
-            completion_id=_answer_id("chatcmpl"),
-            created=int(time.time()),
-            include_usage=parsed.include_usage,
-        )
-
-    return await async_answer(
-        request, caller, parsed, encoder, wire=OPENAI_WIRE, ollama_client=False
-    )
+    return await _answer(request, caller, parsed, openai.StreamEncoder, "chatcmpl")
 
 
 async def _completion(request: web.Request, caller: Caller) -> web.StreamResponse:
     parsed = openai.parse_completion(await read_json(request))
+    return await _answer(request, caller, parsed, openai.CompletionEncoder, "cmpl")
 
-    def encoder() -> openai.CompletionEncoder:
-        return openai.CompletionEncoder(
+
+async def _answer(
+    request: web.Request,
+    caller: Caller,
+    parsed: ParsedChat,
+    encoder_type: type[openai.StreamEncoder | openai.CompletionEncoder],
+    id_prefix: str,
+) -> web.StreamResponse:
+    def encoder() -> openai.StreamEncoder | openai.CompletionEncoder:
+        return encoder_type(
             model=parsed.request.model,
-            completion_id=_answer_id("cmpl"),
+            completion_id=f"{id_prefix}-{secrets.token_hex(12)}",
             created=int(time.time()),
             include_usage=parsed.include_usage,
         )

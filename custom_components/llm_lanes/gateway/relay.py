@@ -26,7 +26,8 @@ from homeassistant.util.json import json_loads
 from ..core.backends.base import StreamChunk, TokenUsage  # noqa: TID252
 from ..core.errors import LanesError  # noqa: TID252
 from ..core.protocols.common import StreamEncoder  # noqa: TID252
-from .errors import GatewayError, Wire, http_error_of
+from .auth import Caller
+from .errors import GatewayError, Wire, http_error_of, unknown_endpoint
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -40,15 +41,27 @@ class ClientDisconnectedError(Exception):
     """The client closed its connection before its answer was complete."""
 
 
+type Handler = Callable[[web.Request, Caller], Awaitable[web.StreamResponse]]
+"""Answers one endpoint of an API for an authenticated caller."""
+
+
 async def serve(
     request: web.Request,
     wire: Wire,
-    handle: Callable[[], Awaitable[web.StreamResponse]],
+    authenticate: Callable[[], Awaitable[Caller]],
+    handler: Handler | None,
+    path: str,
 ) -> web.StreamResponse:
-    """Run a handler of an API: its errors answered in the API's shape, its client watched."""
+    """Authenticate, then answer with ``handler`` (None: 404 for ``path``).
+
+    Errors are answered in the API's shape; the client is watched for a disconnect.
+    """
     try:
         with watch_disconnect(request):
-            return await handle()
+            caller = await authenticate()
+            if handler is None:
+                raise unknown_endpoint(request.method, path)
+            return await handler(request, caller)
     except GatewayError as err:
         return wire.error_response(err)
     except LanesError as err:

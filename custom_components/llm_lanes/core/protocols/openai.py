@@ -511,12 +511,8 @@ def usage_to_wire(usage: TokenUsage) -> dict[str, int]:
 
 
 @dataclass(slots=True, kw_only=True)
-class StreamEncoder:
-    """Writes an answer's stream chunks as ``chat.completion.chunk`` events.
-
-    It also gathers the whole answer, for ``answer``: the ``chat.completion`` object a client
-    that did not stream gets.
-    """
+class _EventEncoder:
+    """What the encoders of chat and raw completion streams share: ids, the end, the bytes."""
 
     model: str
     completion_id: str
@@ -524,17 +520,49 @@ class StreamEncoder:
     """Unix seconds."""
     include_usage: bool = False
     _chunks: list[StreamChunk] = field(default_factory=list, init=False)
+
+    def _event(self, content: Any, finish_reason: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _ending(self, chunk: StreamChunk, empty: Any) -> list[dict[str, Any]]:
+        """Return the events after the last chunk: its finish reason, the usage if asked."""
+        events = [self._event(empty, chunk.finish_reason or "stop")]
+        if self.include_usage and chunk.usage is not None:
+            final = self._event(empty, None)
+            final["choices"] = []
+            final["usage"] = usage_to_wire(chunk.usage)
+            events.append(final)
+        return events
+
+    def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
+        """Return the events that carry ``chunk``."""
+        raise NotImplementedError
+
+    def encode(self, chunk: StreamChunk) -> bytes:
+        """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
+        data = b"".join(sse_event(event) for event in self.feed(chunk))
+        return data + SSE_DONE if chunk.done else data
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamEncoder(_EventEncoder):
+    """Writes an answer's stream chunks as ``chat.completion.chunk`` events.
+
+    It also gathers the whole answer, for ``answer``: the ``chat.completion`` object a client
+    that did not stream gets.
+    """
+
     _tools_sent: int = field(default=0, init=False)
 
     def _event(
-        self, delta: dict[str, Any], finish_reason: str | None
+        self, content: dict[str, Any], finish_reason: str | None
     ) -> dict[str, Any]:
         return {
             "id": self.completion_id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "delta": content, "finish_reason": finish_reason}],
         }
 
     def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
@@ -553,18 +581,8 @@ class StreamEncoder:
             self._tools_sent += len(calls)
             events.append(self._event({"tool_calls": calls}, None))
         if chunk.done:
-            events.append(self._event({}, chunk.finish_reason or "stop"))
-            if self.include_usage and chunk.usage is not None:
-                final = self._event({}, None)
-                final["choices"] = []
-                final["usage"] = usage_to_wire(chunk.usage)
-                events.append(final)
+            events += self._ending(chunk, {})
         return events
-
-    def encode(self, chunk: StreamChunk) -> bytes:
-        """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
-        data = b"".join(sse_event(event) for event in self.feed(chunk))
-        return data + SSE_DONE if chunk.done else data
 
     def answer(self) -> dict[str, Any]:
         """Return the ``chat.completion`` object of the whole answer fed so far."""
@@ -594,21 +612,14 @@ class StreamEncoder:
 
 
 @dataclass(slots=True, kw_only=True)
-class CompletionEncoder:
+class CompletionEncoder(_EventEncoder):
     """Writes a raw completion's stream chunks as ``text_completion`` events.
 
     It also gathers the whole answer, for ``answer``: the object a client that did not stream
     gets.
     """
 
-    model: str
-    completion_id: str
-    created: int
-    """Unix seconds."""
-    include_usage: bool = False
-    _chunks: list[StreamChunk] = field(default_factory=list, init=False)
-
-    def _event(self, text: str, finish_reason: str | None) -> dict[str, Any]:
+    def _event(self, content: str, finish_reason: str | None) -> dict[str, Any]:
         return {
             "id": self.completion_id,
             "object": "text_completion",
@@ -617,7 +628,7 @@ class CompletionEncoder:
             "choices": [
                 {
                     "index": 0,
-                    "text": text,
+                    "text": content,
                     "logprobs": None,
                     "finish_reason": finish_reason,
                 }
@@ -631,18 +642,8 @@ class CompletionEncoder:
         if chunk.text:
             events.append(self._event(chunk.text, None))
         if chunk.done:
-            events.append(self._event("", chunk.finish_reason or "stop"))
-            if self.include_usage and chunk.usage is not None:
-                final = self._event("", None)
-                final["choices"] = []
-                final["usage"] = usage_to_wire(chunk.usage)
-                events.append(final)
+            events += self._ending(chunk, "")
         return events
-
-    def encode(self, chunk: StreamChunk) -> bytes:
-        """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
-        data = b"".join(sse_event(event) for event in self.feed(chunk))
-        return data + SSE_DONE if chunk.done else data
 
     def answer(self) -> dict[str, Any]:
         """Return the ``text_completion`` object of the whole answer fed so far."""

@@ -37,7 +37,9 @@ class Caller:
 def bearer_key(request: web.Request) -> str | None:
     """Read the key of an ``Authorization: Bearer <key>`` header."""
     scheme, _, key = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
-    return key.strip() or None if scheme.lower() == "bearer" else None
+    if scheme.lower() != "bearer":
+        return None
+    return key.strip() or None
 
 
 async def async_authenticate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
@@ -12,7 +13,7 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.typing import ConfigType
 
 from .backend_setup import build_backend
-from .const import CONF_KIND, CONF_MODEL, DOMAIN
+from .const import CONF_KIND, CONF_MODEL, DOMAIN, SUBENTRY_CLIENT
 from .coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
@@ -23,6 +24,8 @@ from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
 from .core.settings import SchedulerSettings
 from .entity import server_device_info
+from .gateway import async_register_gateway
+from .gateway.clients import client_quotas
 from .jobs.manager import JobManager
 from .jobs.store import JobStore
 from .repairs import async_track_server_issues
@@ -44,8 +47,9 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
-    """Register the integration's actions (once, whatever the number of servers)."""
+    """Register the actions and the gateway's endpoints (once, whatever the number of servers)."""
     async_setup_services(hass)
+    async_register_gateway(hass)
     return True
 
 
@@ -111,8 +115,9 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
 async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
     """Apply changed options to the running scheduler, without a reload.
 
-    Subentry changes (agents, AI Task entities) also land here; they need new entities, so the
-    entry reloads when the set of subentries no longer matches the loaded entities.
+    Subentry changes also land here. Agents and AI Task entities need new entities, so the
+    entry reloads when they no longer match the loaded entities; gateway clients need none
+    (their keys are looked up per request, their quotas are scheduler settings).
     """
     runtime = entry.runtime_data
     if subentry_signature(entry) != runtime.subentries:
@@ -128,8 +133,15 @@ async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
 def scheduler_settings(
     entry: LLMLanesConfigEntry, server: ServerCoordinator
 ) -> SchedulerSettings:
-    """Build the scheduler settings of the entry's options, bounded by what the server last said."""
-    return settings_from_options(entry.options, server.slots, server.context_per_slot)
+    """Build the scheduler settings of the entry's options, bounded by what the server last said.
+
+    The daily quotas the gateway clients set join the options' own.
+    """
+    settings = settings_from_options(
+        entry.options, server.slots, server.context_per_slot
+    )
+    quotas = {**settings.requester_quotas, **client_quotas(entry)}
+    return replace(settings, requester_quotas=quotas)
 
 
 def _server_listener(entry: LLMLanesConfigEntry) -> CALLBACK_TYPE:
@@ -155,10 +167,14 @@ def _server_listener(entry: LLMLanesConfigEntry) -> CALLBACK_TYPE:
 def subentry_signature(
     entry: LLMLanesConfigEntry,
 ) -> dict[str, tuple[str, str, dict[str, Any]]]:
-    """Describe what the subentry entities depend on: their type, title and data."""
+    """Describe what the subentry entities depend on: their type, title and data.
+
+    Gateway clients have no entities of their own and are left out.
+    """
     return {
         subentry_id: (subentry.subentry_type, subentry.title, dict(subentry.data))
         for subentry_id, subentry in entry.subentries.items()
+        if subentry.subentry_type != SUBENTRY_CLIENT
     }
 
 

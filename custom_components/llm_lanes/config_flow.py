@@ -1,4 +1,4 @@
-"""Config flow for LLM Lanes: the server, the scheduler options and the agents."""
+"""Config flow for LLM Lanes: the server, the scheduler options, the agents and the clients."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from homeassistant.config_entries import (
+    SOURCE_RECONFIGURE,
     ConfigEntry,
     ConfigEntryState,
     ConfigFlow,
@@ -40,17 +41,26 @@ from .backend_setup import (
 from .const import (
     CONF_KIND,
     CONF_MODEL,
+    CONF_ROTATE_KEY,
     DEFAULT_AI_TASK_NAME,
     DEFAULT_CONVERSATION_NAME,
     DOMAIN,
     LOGGER,
     SUBENTRY_AI_TASK,
+    SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
 )
 from .core.backends.base import ServerKind
 from .core.errors import AuthError, BackendError
 from .entity import SERVER_KIND_NAMES
-from .flow_schemas import options_schema, options_to_store, subentry_schema
+from .flow_schemas import (
+    client_data,
+    client_schema,
+    options_schema,
+    options_to_store,
+    subentry_schema,
+)
+from .gateway.clients import base_urls, new_api_key
 
 STEP_USER_SCHEMA = probatio.Schema(
     {
@@ -276,10 +286,11 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     def async_get_supported_subentry_types(
         cls, config_entry: ConfigEntry
     ) -> dict[str, type[ConfigSubentryFlow]]:
-        """Conversation agents and AI Task entities, any number of each."""
+        """Conversation agents, AI Task entities and gateway clients, any number of each."""
         return {
             SUBENTRY_CONVERSATION: LLMLanesSubentryFlow,
             SUBENTRY_AI_TASK: LLMLanesSubentryFlow,
+            SUBENTRY_CLIENT: LLMLanesClientFlow,
         }
 
 
@@ -352,4 +363,63 @@ class LLMLanesSubentryFlow(ConfigSubentryFlow):
                 current=current,
                 default_model=entry.data[CONF_MODEL],
             ),
+        )
+
+
+class LLMLanesClientFlow(ConfigSubentryFlow):
+    """Add or change a gateway client: its lane and limits, and its key (shown once)."""
+
+    def __init__(self) -> None:
+        """Start with nothing chosen."""
+        self._title = ""
+        self._data: dict[str, Any] = {}
+
+    async def async_step_user(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Name the client and choose its lane and limits; a key is made for it."""
+        if user_input is not None:
+            self._title = user_input[CONF_NAME]
+            self._data = {**client_data(user_input), CONF_API_KEY: new_api_key()}
+            return await self.async_step_key()
+        return self.async_show_form(step_id="user", data_schema=client_schema(None))
+
+    async def async_step_reconfigure(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Change the client's lane and limits; rotate its key if asked."""
+        subentry = self._get_reconfigure_subentry()
+        if user_input is not None:
+            self._data = {
+                **client_data(user_input),
+                CONF_API_KEY: subentry.data[CONF_API_KEY],
+            }
+            if user_input.get(CONF_ROTATE_KEY):
+                self._data[CONF_API_KEY] = new_api_key()
+                return await self.async_step_key()
+            return self.async_update_and_abort(
+                self._get_entry(), subentry, data=self._data
+            )
+        return self.async_show_form(
+            step_id="reconfigure", data_schema=client_schema(subentry.data)
+        )
+
+    async def async_step_key(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Show the key, once, with the two base URLs; the key is kept when this step is done."""
+        if user_input is not None:
+            if self.source == SOURCE_RECONFIGURE:
+                return self.async_update_and_abort(
+                    self._get_entry(), self._get_reconfigure_subentry(), data=self._data
+                )
+            return self.async_create_entry(title=self._title, data=self._data)
+        api_key = self._data[CONF_API_KEY]
+        return self.async_show_form(
+            step_id="key",
+            data_schema=probatio.Schema({}),
+            description_placeholders={
+                "api_key": api_key,
+                **base_urls(self.hass, api_key),
+            },
         )

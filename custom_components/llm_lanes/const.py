@@ -79,6 +79,16 @@ DEFAULT_CONVERSATION_NAME: Final = "LLM Lanes conversation"
 DEFAULT_AI_TASK_NAME: Final = "LLM Lanes AI Task"
 DEFAULT_TEMPERATURE: Final = 0.7
 
+# Client subentries: apps outside Home Assistant that reach the server through the gateway.
+SUBENTRY_CLIENT: Final = "client"
+CONF_LANE: Final = "lane"
+CONF_QUOTA_TOKENS_PER_DAY: Final = "quota_tokens_per_day"
+"""A client's rolling 24 h token budget (absent or 0: the server's default quota)."""
+CONF_MAX_OUTPUT_TOKENS: Final = "max_output_tokens"
+"""The most output tokens one request of the client may produce (absent: the lane's limit)."""
+CONF_ROTATE_KEY: Final = "rotate_key"
+DEFAULT_CLIENT_NAME: Final = "LLM client"
+
 SERVER_POLL_INTERVAL: Final = timedelta(seconds=30)
 UNREACHABLE_REPAIR_AFTER: Final = timedelta(minutes=5)
 """How long the server may be down before a repair issue is raised."""

@@ -1,4 +1,7 @@
-"""Diagnostics of a server entry: settings, server, scheduler, jobs; no secrets, no prompts."""
+"""Diagnostics of a server entry: settings, server, scheduler, jobs, gateway clients.
+
+No secrets (API keys and client keys are redacted), no prompts.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from homeassistant.core import HomeAssistant
 
 from .const import CONF_PROMPT
 from .coordinator import LLMLanesConfigEntry
+from .core.snapshot import SchedulerSnapshot
+from .gateway.clients import Client, client_subentries
 
 TO_REDACT = {CONF_API_KEY, CONF_PROMPT}
 
@@ -61,6 +66,7 @@ async def async_get_config_entry_diagnostics(
             "state": _plain(asdict(server.data)) if server.data is not None else None,
         },
         "scheduler": _plain(asdict(snapshot)),
+        "clients": _clients(entry, snapshot),
         "jobs": [
             {
                 "id": job.id,
@@ -75,3 +81,28 @@ async def async_get_config_entry_diagnostics(
             for job in runtime.jobs.jobs()
         ],
     }
+
+
+def _clients(
+    entry: LLMLanesConfigEntry, snapshot: SchedulerSnapshot
+) -> list[dict[str, Any]]:
+    """Describe the gateway clients: lane, limits and what they used (never their key)."""
+    described: list[dict[str, Any]] = []
+    for subentry in client_subentries(entry):
+        client = Client.of(subentry)
+        used = snapshot.requesters.get(client.requester)
+        described.append(
+            {
+                "name": client.name,
+                "requester": client.requester,
+                "lane": client.lane.key,
+                "quota_tokens_per_day": client.quota_tokens_per_day,
+                "max_output_tokens": client.max_output_tokens,
+                "tokens_last_24h": used.tokens_last_24h if used else 0,
+                "prompt_tokens_total": used.prompt_tokens_total if used else 0,
+                "output_tokens_total": used.output_tokens_total if used else 0,
+                "finished_total": used.finished_total if used else 0,
+                "rejected_total": used.rejected_total if used else 0,
+            }
+        )
+    return described

@@ -1,4 +1,4 @@
-"""Form schemas of the options flow and the subentry flows."""
+"""Form schemas of the options flow and the subentry flows (agents, AI Task entities, clients)."""
 
 from __future__ import annotations
 
@@ -26,11 +26,16 @@ from homeassistant.helpers.selector import (
 import probatio
 
 from .const import (
+    CONF_LANE,
     CONF_LLM_HASS_API,
+    CONF_MAX_OUTPUT_TOKENS,
     CONF_MODEL,
     CONF_PROMPT,
+    CONF_QUOTA_TOKENS_PER_DAY,
+    CONF_ROTATE_KEY,
     CONF_TEMPERATURE,
     DEFAULT_AI_TASK_NAME,
+    DEFAULT_CLIENT_NAME,
     DEFAULT_CONVERSATION_NAME,
     DEFAULT_NIGHTLY_END,
     DEFAULT_NIGHTLY_START,
@@ -293,3 +298,35 @@ def subentry_schema(
         )
     ] = _number(0, 2, 0.05)
     return probatio.Schema(fields)
+
+
+def client_schema(current: Mapping[str, Any] | None) -> probatio.Schema:
+    """Build the form of a gateway client (a new one is named; a known one may get a new key)."""
+    values: Mapping[str, Any] = current or {}
+    fields: dict[Any, Any] = {}
+    if current is None:
+        fields[probatio.Required(CONF_NAME, default=DEFAULT_CLIENT_NAME)] = str
+    fields[
+        probatio.Required(
+            CONF_LANE, default=values.get(CONF_LANE, Lane.INTERACTIVE.key)
+        )
+    ] = _choice([lane.key for lane in Lane], "lane")
+    for key, selector in (
+        (CONF_QUOTA_TOKENS_PER_DAY, _number(0, 1_000_000_000, 1000)),
+        (CONF_MAX_OUTPUT_TOKENS, _number(1, 131072, 1)),
+    ):
+        fields[
+            probatio.Optional(key, description={"suggested_value": values.get(key)})
+        ] = selector
+    if current is not None:
+        fields[probatio.Optional(CONF_ROTATE_KEY, default=False)] = BooleanSelector()
+    return probatio.Schema(fields)
+
+
+def client_data(user_input: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep what a client's form says about its lane and limits (whole numbers; 0 is none)."""
+    data: dict[str, Any] = {CONF_LANE: user_input[CONF_LANE]}
+    for key in (CONF_QUOTA_TOKENS_PER_DAY, CONF_MAX_OUTPUT_TOKENS):
+        if value := int(user_input.get(key) or 0):
+            data[key] = value
+    return data

@@ -2,7 +2,8 @@
 
 ``user:<ha user id>``, ``device:<device id>`` (a voice satellite), ``automation:<entity id>``,
 ``ai_task`` (an AI Task call from an unknown automation), ``generate``, ``job:<job name>`` (a named
-job), ``job`` (unnamed jobs), ``client:<name>`` (a gateway client), free names, and ``other``.
+job), ``job`` (unnamed jobs), ``client:<subentry id>`` (an app using the gateway with its client
+key), free names, and ``other``.
 
 Every requester a scheduler sees stays in its statistics and gets a token sensor, so the ids an
 action is given are bounded (``REQUESTER_ID``) and kept only when they last: users, devices and
@@ -21,6 +22,8 @@ from homeassistant.const import ATTR_FRIENDLY_NAME
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import device_registry as dr, entity_registry as er
 from homeassistant.util import slugify
+
+from .const import DOMAIN
 
 AI_TASK_REQUESTER: Final = "ai_task"
 JOBS_REQUESTER: Final = "job"
@@ -67,6 +70,11 @@ def job_requester(name: str | None) -> str:
 def is_requester_id(value: str) -> bool:
     """Whether ``value`` is a well-formed requester id (length and characters)."""
     return REQUESTER_ID.fullmatch(value) is not None
+
+
+def client_requester(subentry_id: str) -> str:
+    """Name the requester of a gateway client (its subentry)."""
+    return f"client:{subentry_id}"
 
 
 def automation_for_context(hass: HomeAssistant, context: Context | None) -> str | None:
@@ -191,6 +199,15 @@ async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
         _, name = await _async_known_name(hass, kind, ident)
     elif kind == "job" and ident:
         name = ident
+    elif kind == "client" and ident:
+        name = next(
+            (
+                subentry.title
+                for entry in hass.config_entries.async_entries(DOMAIN)
+                if (subentry := entry.subentries.get(ident)) is not None
+            ),
+            None,
+        )
     elif requester == AI_TASK_REQUESTER:
         name = "AI Task"
     return str(name) if name else requester

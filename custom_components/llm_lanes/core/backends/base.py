@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -81,6 +81,28 @@ class ChatRequest:
     """Extra server-specific sampling options, passed through."""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionRequest(ChatRequest):
+    """A raw text completion: ``prompt`` continued as it is, without the chat template.
+
+    The scheduler runs it as it runs a chat (``Backend.chat`` takes it); ``messages`` stays
+    empty, and an attempt resumed after a preemption continues ``prompt + assistant_prefix``.
+    """
+
+    prompt: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EmbeddingRequest(ChatRequest):
+    """The embeddings of ``inputs``; ``messages`` stays empty.
+
+    Its answer is one chunk carrying the vectors (counted as the answer's first token, so the
+    request has a time to first token), then the final chunk with the prompt's token count.
+    """
+
+    inputs: tuple[str, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class TokenUsage:
     """Token counts of one request and where they came from."""
@@ -118,6 +140,8 @@ class StreamChunk:
     done: bool = False
     finish_reason: str | None = None
     usage: TokenUsage | None = None
+    embeddings: tuple[Sequence[float], ...] = ()
+    """The vectors of an ``EmbeddingRequest``, one per input."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +258,7 @@ class Backend(ABC):
 
     @abstractmethod
     def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
-        """Stream an answer.
+        """Stream an answer: to a chat, a raw completion or embeddings (by the request's type).
 
         Closing the iterator early (``aclose``) cancels the request at the server and frees its
         slot. Raises a ``BackendError`` subclass on failure, never hangs.
@@ -255,3 +279,10 @@ class Backend(ABC):
     async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
         """Evaluate ``text`` (the start of a rendered prompt) into a slot's prompt cache."""
         raise NotImplementedError
+
+    async def model_details(self, model: str) -> dict[str, Any] | None:
+        """Return the server's own description of a model in Ollama's ``/api/show`` shape.
+
+        None where the server has no such description (only Ollama has one).
+        """
+        return None

@@ -1,6 +1,8 @@
 """Ollama's native API: ``/api/chat`` streamed as NDJSON, ``/api/ps`` for what is loaded.
 
-The wire format of chat (the body, the lines, tool calls, counts) is ``core.protocols.ollama``.
+Raw completions stream ``/api/generate`` (``raw``), embeddings come from ``/api/embed`` and a
+model's description from ``/api/show``. The wire format (the bodies, the lines, tool calls,
+counts) is ``core.protocols.ollama``.
 """
 
 from __future__ import annotations
@@ -12,11 +14,23 @@ from typing import Any
 
 import aiohttp
 
-from ..protocols.ollama import CHAT_PATH, StreamDecoder, chat_body
+from ..protocols.ollama import (
+    CHAT_PATH,
+    EMBED_PATH,
+    GENERATE_PATH,
+    SHOW_PATH,
+    StreamDecoder,
+    chat_body,
+    embed_answer,
+    embed_body,
+    generate_body,
+)
 from .base import (
     Backend,
     BackendTimeouts,
     ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
     ServerInfo,
     ServerKind,
     ServerMetrics,
@@ -102,15 +116,41 @@ class OllamaBackend(Backend):
         return any(_same_model(name, model) for name in loaded)
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
-        """Stream ``/api/chat``; each NDJSON line with text is one token."""
-        decoder = StreamDecoder(request, self._http.url(CHAT_PATH))
+        """Stream ``/api/chat`` (``/api/generate`` for a raw completion); a line is one token.
+
+        Embeddings are not streamed: their answer comes whole, as two chunks.
+        """
+        if isinstance(request, EmbeddingRequest):
+            for chunk in await self._embed(request):
+                yield chunk
+            return
+        path = CHAT_PATH
         body = chat_body(request, self.keep_alive)
+        if isinstance(request, CompletionRequest):
+            path, body = GENERATE_PATH, generate_body(request, self.keep_alive)
+        decoder = StreamDecoder(request, self._http.url(path))
         # aclosing: closing this stream closes the connection at once (see OpenAIBackend.chat).
         async with aclosing(
-            self._http.stream_chunks(CHAT_PATH, body, decoder, model=request.model)
+            self._http.stream_chunks(path, body, decoder, model=request.model)
         ) as chunks:
             async for chunk in chunks:
                 yield chunk
+
+    async def _embed(self, request: EmbeddingRequest) -> list[StreamChunk]:
+        data = await self._http.request_json(
+            "POST",
+            EMBED_PATH,
+            json_body=embed_body(request, self.keep_alive),
+            model=request.model,
+        )
+        return embed_answer(data, request, self._http.url(EMBED_PATH))
+
+    async def model_details(self, model: str) -> dict[str, Any] | None:
+        """Return Ollama's own ``/api/show`` document of ``model``."""
+        data = await self._http.request_json(
+            "POST", SHOW_PATH, json_body={"model": model}, model=model
+        )
+        return data if isinstance(data, dict) else None
 
 
 def _same_model(loaded: str, wanted: str) -> bool:

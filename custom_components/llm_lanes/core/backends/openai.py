@@ -1,6 +1,7 @@
 """OpenAI-compatible servers: llama.cpp ``llama-server``, vLLM, LM Studio, LocalAI.
 
-Chat streams ``/v1/chat/completions`` as server-sent events; the wire format (the body, the
+Chat streams ``/v1/chat/completions`` as server-sent events, raw completions
+``/v1/completions``; embeddings come from ``/v1/embeddings``. The wire format (the bodies, the
 events, tool-call assembly, usage) is ``core.protocols.openai``. What differs between servers
 (where the slot count, metrics and loaded models come from; how an answer is resumed; vLLM's
 ``priority``) is chosen here by ``kind``.
@@ -16,11 +17,22 @@ from typing import Any
 import aiohttp
 
 from ..errors import BackendError, BackendHTTPError
-from ..protocols.openai import CHAT_PATH, StreamDecoder, chat_body
+from ..protocols.openai import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    EMBEDDINGS_PATH,
+    StreamDecoder,
+    chat_body,
+    completion_body,
+    embedding_answer,
+    embedding_body,
+)
 from .base import (
     Backend,
     BackendTimeouts,
     ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
     PrefillStep,
     ServerInfo,
     ServerKind,
@@ -226,9 +238,20 @@ class OpenAIBackend(Backend):
     # --- chat -------------------------------------------------------------------------------
 
     async def chat(self, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
-        """Stream an answer; retry once without ``priority`` if the server refuses it."""
-        body = chat_body(
-            request, server_fields(request, self.kind, send_priority=self.send_priority)
+        """Stream an answer; retry once without ``priority`` if the server refuses it.
+
+        A raw completion streams ``/v1/completions``; embeddings are not streamed: their answer
+        comes whole, as two chunks.
+        """
+        if isinstance(request, EmbeddingRequest):
+            for chunk in await self._embed(request):
+                yield chunk
+            return
+        fields = server_fields(request, self.kind, send_priority=self.send_priority)
+        body = (
+            completion_body(request, fields)
+            if isinstance(request, CompletionRequest)
+            else chat_body(request, fields)
         )
         yielded = False
         try:
@@ -289,8 +312,18 @@ class OpenAIBackend(Backend):
     def _stream(
         self, request: ChatRequest, body: dict[str, Any]
     ) -> AsyncGenerator[StreamChunk]:
-        decoder = StreamDecoder(request, self._http.url(CHAT_PATH))
-        return self._http.stream_chunks(CHAT_PATH, body, decoder, model=request.model)
+        path = COMPLETIONS_PATH if isinstance(request, CompletionRequest) else CHAT_PATH
+        decoder = StreamDecoder(request, self._http.url(path))
+        return self._http.stream_chunks(path, body, decoder, model=request.model)
+
+    async def _embed(self, request: EmbeddingRequest) -> list[StreamChunk]:
+        data = await self._http.request_json(
+            "POST",
+            EMBEDDINGS_PATH,
+            json_body=embedding_body(request),
+            model=request.model,
+        )
+        return embedding_answer(data, request, self._http.url(EMBEDDINGS_PATH))
 
 
 def _refuses_priority(err: BackendHTTPError, body: dict[str, Any]) -> bool:

@@ -1,14 +1,15 @@
 """What the OpenAI and Ollama wire formats share.
 
 The decoder and encoder interfaces, estimated usage, the resume prefix (split off a request, its
-echo dropped from a stream), sampling settings, function tools, and ``Fields``: reading a client's
+echo dropped from a stream), sampling settings, function tools, the options of a client's request
+that may reach the server, the chunks of an embeddings answer, and ``Fields``: reading a client's
 request field by field, raising ``InvalidRequestError`` that names the bad one
 (``messages[2].role``), so a server can answer 400 with a message that says what to fix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 import json
 from typing import Any, Literal, Protocol, cast
@@ -16,13 +17,15 @@ from typing import Any, Literal, Protocol, cast
 from ..backends.base import (
     ChatMessage,
     ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
     StreamChunk,
     TokenUsage,
     ToolCall,
     ToolSpec,
 )
 from ..errors import InvalidRequestError, MalformedStreamError, StreamClosedError
-from ..tokens import estimate_prompt_tokens
+from ..tokens import estimate_prompt_tokens, estimate_text_tokens
 
 type Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
@@ -37,6 +40,17 @@ class ParsedChat:
     """Stream the answer (SSE / NDJSON) rather than send one object at the end."""
     include_usage: bool = False
     """OpenAI ``stream_options.include_usage``: end the stream with a usage event."""
+    load_only: bool = False
+    """Ollama's empty chat or prompt: load the model and answer at once, nothing to generate."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedEmbeddings:
+    """An embeddings request a client sent."""
+
+    request: EmbeddingRequest
+    base64: bool = False
+    """OpenAI ``encoding_format: base64``: each vector as little-endian float32, base64."""
 
 
 class StreamDecoder(Protocol):
@@ -70,12 +84,90 @@ class StreamEncoder(Protocol):
         """Return the whole answer fed so far as one object (for a client that did not stream)."""
 
 
+def estimated_prompt(request: ChatRequest) -> int:
+    """Estimate the prompt tokens of a chat, a raw completion or an embeddings request.
+
+    A chat is estimated as the scheduler's admission estimates it.
+    """
+    if isinstance(request, CompletionRequest):
+        return max(1, estimate_text_tokens(request.prompt + request.assistant_prefix))
+    if isinstance(request, EmbeddingRequest):
+        return max(1, sum(estimate_text_tokens(text) for text in request.inputs))
+    return estimate_prompt_tokens(request)
+
+
 def estimated_usage(request: ChatRequest, output_tokens: int) -> TokenUsage:
     """Return the usage of an answer whose server gave no counts.
 
-    The prompt is estimated as the scheduler's admission estimates it; the output is what streamed.
+    The prompt is estimated (``estimated_prompt``); the output is what streamed.
     """
-    return TokenUsage(estimate_prompt_tokens(request), output_tokens, "estimate")
+    return TokenUsage(estimated_prompt(request), output_tokens, "estimate")
+
+
+def embedding_chunks(
+    request: EmbeddingRequest, vectors: Sequence[Sequence[float]], prompt_tokens: Any
+) -> list[StreamChunk]:
+    """Return the answer to an embeddings request: the vectors, then the final chunk.
+
+    ``prompt_tokens`` is the server's count (estimated when it is not a whole number). The
+    vectors' chunk counts as one output token so the request has a first token; the final
+    chunk's usage (no output) corrects that.
+    """
+    if len(vectors) != len(request.inputs):
+        raise MalformedStreamError(
+            f"the server sent {len(vectors)} embeddings for {len(request.inputs)} inputs"
+        )
+    usage = (
+        TokenUsage(prompt_tokens, 0, "server")
+        if isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool)
+        else estimated_usage(request, 0)
+    )
+    return [
+        StreamChunk(output_tokens=1, embeddings=tuple(vectors)),
+        StreamChunk(done=True, finish_reason="stop", usage=usage),
+    ]
+
+
+def vectors_of(items: Iterable[Any], what: str) -> list[list[float]]:
+    """Check that a server's embeddings are lists of numbers (``what`` names them in errors)."""
+    vectors: list[list[float]] = []
+    for item in items:
+        if not isinstance(item, list) or not all(
+            isinstance(value, int | float) for value in item
+        ):
+            raise MalformedStreamError(f"{what} holds a vector that is not numbers")
+        vectors.append(item)
+    return vectors
+
+
+SERVER_OPTIONS = frozenset({
+    "keep_alive", "num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap",
+    "use_mlock", "low_vram", "numa", "vocab_only",
+})  # fmt: skip
+"""Ollama options that (re)load or unload the model: the server's owner sets them, not a client.
+
+One client asking for another context size would make Ollama reload the model for everyone, and
+``keep_alive: 0`` would unload it after every request, so they never pass the gateway.
+"""
+PORTABLE_OPTIONS = frozenset({
+    "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
+    "frequency_penalty", "mirostat", "mirostat_tau", "mirostat_eta", "dimensions",
+})  # fmt: skip
+"""Options that Ollama (in ``options``) and llama.cpp (at the top level) both take: sampling
+settings, and the size of embeddings."""
+
+
+def client_options(options: Mapping[str, Any], *, same_format: bool) -> dict[str, Any]:
+    """Return the options of a client's request that may reach the server.
+
+    Between the same formats everything passes but what belongs to the server's owner
+    (``SERVER_OPTIONS``); across formats only the options both know.
+    """
+    return {
+        key: value
+        for key, value in options.items()
+        if key not in SERVER_OPTIONS and (same_format or key in PORTABLE_OPTIONS)
+    }
 
 
 def stream_closed(url: str) -> StreamClosedError:
@@ -280,9 +372,11 @@ class Fields:
 
     def stop(self, key: str) -> tuple[str, ...]:
         """Read stop sequences: one string or a list of them."""
+        return () if self._obj.get(key) is None else self.texts(key)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        """Read one string or a list of strings (required)."""
         value = self._obj.get(key)
-        if value is None:
-            return ()
         if isinstance(value, str):
             return (value,)
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
@@ -290,6 +384,11 @@ class Fields:
         raise InvalidRequestError(
             self.name(key), "must be a string or a list of strings"
         )
+
+    def absent(self, key: str, problem: str) -> None:
+        """Refuse a field the server side does not support when it is set (null, "", [] pass)."""
+        if self._obj.get(key) not in (None, "", [], False):
+            raise InvalidRequestError(self.name(key), problem)
 
     def text(self, key: str) -> str:
         """Read a message's text: a string, null, or a list of text parts."""

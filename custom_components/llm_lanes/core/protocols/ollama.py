@@ -1,15 +1,20 @@
-"""Ollama's ``/api/chat`` wire format, both directions.
+"""Ollama's wire format, both directions.
 
-Client side (the Ollama backend): ``chat_body`` builds a streamed request, sampling settings in
-``options``; ``StreamDecoder`` turns the NDJSON lines back into ``StreamChunk`` s: a line with text
-is one token, tool calls come whole (arguments as objects), the final line's counts are the usage
-(estimated where the server leaves them out), and an error line raises the typed error it stands
-for.
+Chat (``/api/chat``), raw completions (``/api/generate``), embeddings (``/api/embed``) and the
+documents that describe the models (``/api/tags``, ``/api/show``, ``/api/ps``).
 
-Server side (the gateway): ``parse_chat`` reads a client's request (``keep_alive`` and ``think``
-travel in ``ChatRequest.options``, and go back to the top level of a body); ``StreamEncoder``
-writes the NDJSON lines of a stream, ending with the counts and durations, and the single object
-of a whole answer.
+Client side (the Ollama backend): ``chat_body`` and ``generate_body`` (a raw completion) build
+streamed requests, sampling settings in ``options``; ``StreamDecoder`` turns the NDJSON lines of
+either back into ``StreamChunk`` s: a line with text is one token, tool calls come whole
+(arguments as objects), the final line's counts are the usage (estimated where the server leaves
+them out), and an error line raises the typed error it stands for. ``embed_body`` /
+``embed_answer`` do embeddings.
+
+Server side (the gateway): ``parse_chat``, ``parse_generate`` and ``parse_embed`` read a client's
+requests (``keep_alive`` and ``think`` travel in ``ChatRequest.options``, and go back to the top
+level of a body); ``StreamEncoder`` writes the NDJSON lines of a chat or generate stream, ending
+with the counts and durations, and the single object of a whole answer; ``embed_to_wire``,
+``tags_to_wire``, ``show_to_wire``, ``ps_to_wire`` and ``error_body`` write the other answers.
 
 Ollama carries no tool call ids in requests: parsed calls are numbered ``call_0``, ``call_1`` ...
 through the conversation, and a tool result names its tool instead.
@@ -17,7 +22,7 @@ through the conversation, and a tool result names its tool instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 import json
 import time
 from typing import Any
@@ -26,6 +31,8 @@ from ..backends.base import (
     Answer,
     ChatMessage,
     ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
     StreamChunk,
     TokenUsage,
     ToolCall,
@@ -34,6 +41,8 @@ from ..errors import BackendError, InvalidRequestError, MalformedStreamError, ht
 from .common import (
     Fields,
     ParsedChat,
+    ParsedEmbeddings,
+    embedding_chunks,
     estimated_usage,
     json_object,
     sampling_to_wire,
@@ -41,11 +50,17 @@ from .common import (
     stream_closed,
     stream_object,
     tools_to_wire,
+    vectors_of,
 )
 
 CHAT_PATH = "/api/chat"
-TOP_LEVEL_OPTIONS = ("keep_alive", "think")
-"""Request options that Ollama takes at the top level of the body, not in ``options``."""
+GENERATE_PATH = "/api/generate"
+EMBED_PATH = "/api/embed"
+SHOW_PATH = "/api/show"
+TOP_LEVEL_OPTIONS = ("keep_alive", "think", "truncate", "dimensions")
+"""Request options that Ollama takes at the top level of the body, not in ``options``.
+
+``keep_alive`` and ``think`` (chat, generate), ``truncate`` and ``dimensions`` (embed)."""
 _SAMPLING_OPTIONS = frozenset({"num_predict", "temperature", "top_p", "seed", "stop"})
 """Ollama ``options`` that are fields of ``ChatRequest`` (the others pass through)."""
 
@@ -75,20 +90,7 @@ def chat_body(request: ChatRequest, keep_alive: int | str | None) -> dict[str, A
     if request.assistant_prefix:
         # Ollama continues a final assistant message instead of starting a new one.
         messages.append({"role": "assistant", "content": request.assistant_prefix})
-    options = sampling_to_wire(request, "num_predict")
-    top_level = {"keep_alive": keep_alive} if keep_alive is not None else {}
-    for key, value in request.options.items():
-        if key in TOP_LEVEL_OPTIONS:
-            top_level[key] = value
-        else:
-            options[key] = value
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": messages,
-        "stream": True,
-        "options": options,
-        **top_level,
-    }
+    body = _body(request, keep_alive, {"messages": messages, "stream": True})
     if request.tools:
         body["tools"] = tools_to_wire(request.tools)
     if request.json_schema is not None:
@@ -96,6 +98,52 @@ def chat_body(request: ChatRequest, keep_alive: int | str | None) -> dict[str, A
     elif request.json_mode:
         body["format"] = "json"
     return body
+
+
+def generate_body(
+    request: CompletionRequest, keep_alive: int | str | None
+) -> dict[str, Any]:
+    """Build the streamed raw ``/api/generate`` body of a completion (resumed: prompt + prefix)."""
+    content = {
+        "prompt": request.prompt + request.assistant_prefix,
+        "raw": True,
+        "stream": True,
+    }
+    return _body(request, keep_alive, content)
+
+
+def embed_body(
+    request: EmbeddingRequest, keep_alive: int | str | None
+) -> dict[str, Any]:
+    """Build the ``/api/embed`` body of an embeddings request."""
+    return _body(request, keep_alive, {"input": list(request.inputs)})
+
+
+def _body(
+    request: ChatRequest, keep_alive: int | str | None, content: dict[str, Any]
+) -> dict[str, Any]:
+    """Start a body: the model, ``content``, sampling settings and options in ``options``.
+
+    ``keep_alive`` is the backend's own; a ``keep_alive`` in the request's options wins. The
+    options Ollama takes at the top level (``TOP_LEVEL_OPTIONS``) go there.
+    """
+    options = sampling_to_wire(request, "num_predict")
+    top_level = {"keep_alive": keep_alive} if keep_alive is not None else {}
+    for key, value in request.options.items():
+        if key in TOP_LEVEL_OPTIONS:
+            top_level[key] = value
+        else:
+            options[key] = value
+    return {"model": request.model, **content, "options": options, **top_level}
+
+
+def embed_answer(data: Any, request: EmbeddingRequest, url: str) -> list[StreamChunk]:
+    """Read an ``/api/embed`` answer as the chunks of ``common.embedding_chunks``."""
+    embeddings = data.get("embeddings") if isinstance(data, dict) else None
+    if not isinstance(embeddings, list):
+        raise MalformedStreamError(f"{url} answered without embeddings", url=url)
+    vectors = vectors_of(embeddings, url)
+    return embedding_chunks(request, vectors, data.get("prompt_eval_count"))
 
 
 # --- client side: the stream -------------------------------------------------------------------
@@ -128,7 +176,8 @@ class StreamDecoder:
         if "error" in data:
             raise _stream_error(str(data["error"]), url, self._request.model)
         message = data.get("message") or {}
-        text = str(message.get("content") or "")
+        # A chat's text is in its message, a raw completion's in ``response``.
+        text = str(message.get("content") or data.get("response") or "")
         calls = _tool_calls(message, self._tool_index)
         self._tool_index += len(calls)
         chunks: list[StreamChunk] = []
@@ -216,6 +265,44 @@ def parse_chat(body: Any) -> ParsedChat:
         calls += len(message.tool_calls)
         parsed.append(message)
     messages, prefix = split_prefix(parsed)
+    request = ChatRequest(
+        messages=messages,
+        tools=fields.tools(),
+        assistant_prefix=prefix,
+        **_settings(fields),
+    )
+    return _parsed(fields, request, load_only=not messages)
+
+
+def parse_generate(body: Any) -> ParsedChat:
+    """Read a client's ``/api/generate`` request.
+
+    ``raw`` asks for a raw completion of ``prompt``; otherwise the prompt (and ``system``) is
+    a chat of one turn, which the server templates as Ollama would. An empty prompt only loads
+    the model.
+    """
+    fields = Fields(body)
+    prompt = fields.string("prompt", default="")
+    system = fields.string("system", default="")
+    fields.absent("suffix", "a suffix is not supported")
+    fields.absent("template", "a template of the request's own is not supported")
+    fields.absent("context", "the token context of an earlier answer is not supported")
+    fields.absent("images", "images are not supported")
+    request: ChatRequest
+    if fields.boolean("raw", default=False):
+        request = CompletionRequest(messages=(), prompt=prompt, **_settings(fields))
+    else:
+        turn: list[ChatMessage] = []
+        if prompt:
+            if system:
+                turn.append(ChatMessage(role="system", content=system))
+            turn.append(ChatMessage(role="user", content=prompt))
+        request = ChatRequest(messages=tuple(turn), **_settings(fields))
+    return _parsed(fields, request, load_only=not prompt)
+
+
+def _settings(fields: Fields) -> dict[str, Any]:
+    """Read what chat and generate requests share: model, sampling options, output format."""
     options = fields.nested("options")
     max_tokens = options.integer("num_predict")
     extra = options.others(_SAMPLING_OPTIONS)
@@ -223,24 +310,42 @@ def parse_chat(body: Any) -> ParsedChat:
         {key: fields.get(key) for key in TOP_LEVEL_OPTIONS if key in fields.value}
     )
     json_schema, json_mode = _format(fields.get("format"))
-    request = ChatRequest(
-        model=fields.string("model"),
-        messages=messages,
-        tools=fields.tools(),
+    return {
+        "model": fields.string("model"),
         # num_predict -1 (no limit) and -2 (fill the context) set no limit of ours.
-        max_tokens=None if max_tokens is None or max_tokens < 0 else max_tokens,
-        temperature=options.number("temperature"),
-        top_p=options.number("top_p"),
-        seed=options.integer("seed"),
-        stop=options.stop("stop"),
-        json_schema=json_schema,
-        json_mode=json_mode,
-        assistant_prefix=prefix,
-        options=extra,
-    )
+        "max_tokens": None if max_tokens is None or max_tokens < 0 else max_tokens,
+        "temperature": options.number("temperature"),
+        "top_p": options.number("top_p"),
+        "seed": options.integer("seed"),
+        "stop": options.stop("stop"),
+        "json_schema": json_schema,
+        "json_mode": json_mode,
+        "options": extra,
+    }
+
+
+def _parsed(fields: Fields, request: ChatRequest, *, load_only: bool) -> ParsedChat:
     # Ollama's last line always carries the counts.
     stream = fields.boolean("stream", default=True)
-    return ParsedChat(request=request, stream=stream, include_usage=True)
+    return ParsedChat(
+        request=request, stream=stream, include_usage=True, load_only=load_only
+    )
+
+
+def parse_embed(body: Any) -> ParsedEmbeddings:
+    """Read a client's ``/api/embed`` request (one text or a list of them)."""
+    fields = Fields(body)
+    inputs = fields.texts("input")
+    if not inputs:
+        raise InvalidRequestError("input", "must hold at least one text")
+    options = dict(fields.nested("options").value)
+    options.update(
+        {key: fields.get(key) for key in TOP_LEVEL_OPTIONS if key in fields.value}
+    )
+    request = EmbeddingRequest(
+        model=fields.string("model"), messages=(), inputs=inputs, options=options
+    )
+    return ParsedEmbeddings(request=request)
 
 
 def _message_from_wire(fields: Fields, calls_before: int) -> ChatMessage:
@@ -282,49 +387,63 @@ def _iso(seconds: float) -> str:
 
 
 class StreamEncoder:
-    """Writes an answer's stream chunks as ``/api/chat`` NDJSON lines.
+    """Writes an answer's stream chunks as ``/api/chat`` (or ``/api/generate``) NDJSON lines.
 
     It also gathers the whole answer, for ``answer``: the single object a client that did not
-    stream gets. Durations
-    come from ``clock`` (seconds): prompt evaluation up to the first token, evaluation after it.
+    stream gets. Durations come from ``clock`` (seconds): prompt evaluation up to the first
+    token, evaluation after it. A generate line carries its text in ``response``, a chat line in
+    ``message``.
     """
 
-    __slots__ = ("_chunks", "_clock", "_first_at", "_model", "_started", "_wall_clock")
+    __slots__ = (
+        "_chunks",
+        "_clock",
+        "_first_at",
+        "_generate",
+        "_model",
+        "_started",
+        "_wall_clock",
+    )
 
     def __init__(
         self,
         *,
         model: str,
+        generate: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """Answer as ``model``; the request started now."""
+        """Answer as ``model`` (``generate``: in ``/api/generate`` lines); it started now."""
         self._model = model
+        self._generate = generate
         self._clock = clock
         self._wall_clock = wall_clock
         self._started = clock()
         self._first_at: float | None = None
         self._chunks: list[StreamChunk] = []
 
-    def _message(self, text: str, calls: tuple[ToolCall, ...]) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if calls:
-            message["tool_calls"] = [
-                {
-                    "id": call.id,
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in calls
-            ]
-        return message
-
-    def _line(self, message: dict[str, Any], *, done: bool) -> dict[str, Any]:
-        return {
+    def _line(
+        self, text: str, calls: tuple[ToolCall, ...], *, done: bool
+    ) -> dict[str, Any]:
+        line: dict[str, Any] = {
             "model": self._model,
             "created_at": _iso(self._wall_clock()),
-            "message": message,
-            "done": done,
         }
+        if self._generate:
+            line["response"] = text
+        else:
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls:
+                message["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in calls
+                ]
+            line["message"] = message
+        line["done"] = done
+        return line
 
     def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
         """Return the lines that carry ``chunk`` (the last one with counts and durations)."""
@@ -333,11 +452,9 @@ class StreamEncoder:
         if chunk.text or chunk.tool_calls:
             if self._first_at is None:
                 self._first_at = self._clock()
-            lines.append(
-                self._line(self._message(chunk.text, chunk.tool_calls), done=False)
-            )
+            lines.append(self._line(chunk.text, chunk.tool_calls, done=False))
         if chunk.done:
-            lines.append(self._final(self._message("", ())))
+            lines.append(self._final("", ()))
         return lines
 
     def encode(self, chunk: StreamChunk) -> bytes:
@@ -345,16 +462,17 @@ class StreamEncoder:
         return b"".join(ndjson_line(line) for line in self.feed(chunk))
 
     def answer(self) -> dict[str, Any]:
-        """Return the single ``/api/chat`` object of the whole answer fed so far."""
+        """Return the single object of the whole answer fed so far."""
         answer = Answer.of(self._chunks)
-        return self._final(self._message(answer.text, answer.tool_calls))
+        return self._final(answer.text, answer.tool_calls)
 
-    def _final(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _final(self, text: str, calls: tuple[ToolCall, ...]) -> dict[str, Any]:
         answer = Answer.of(self._chunks)
         now = self._clock()
         first = self._first_at if self._first_at is not None else now
-        line = self._line(message, done=True)
-        line["done_reason"] = "length" if answer.finish_reason == "length" else "stop"
+        line = self._line(text, calls, done=True)
+        reason = answer.finish_reason
+        line["done_reason"] = reason if reason in {"length", "load"} else "stop"
         line["total_duration"] = _ns(now - self._started)
         line["load_duration"] = 0
         usage = answer.usage
@@ -372,3 +490,82 @@ class StreamEncoder:
 
 def _ns(seconds: float) -> int:
     return max(0, round(seconds * 1e9))
+
+
+def embed_to_wire(
+    vectors: Sequence[Sequence[float]],
+    usage: TokenUsage | None,
+    *,
+    model: str,
+    duration_s: float,
+) -> dict[str, Any]:
+    """Write an ``/api/embed`` answer."""
+    return {
+        "model": model,
+        "embeddings": [list(vector) for vector in vectors],
+        "total_duration": _ns(duration_s),
+        "load_duration": 0,
+        "prompt_eval_count": usage.prompt_tokens if usage is not None else 0,
+    }
+
+
+_NO_DETAILS: dict[str, Any] = {
+    "parent_model": "",
+    "format": "gguf",
+    "family": "",
+    "families": None,
+    "parameter_size": "",
+    "quantization_level": "",
+}
+"""The details of a model the server behind describes in no Ollama terms."""
+
+
+def _model_entry(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": _iso(0),
+        "size": 0,
+        "digest": "",
+        "details": dict(_NO_DETAILS),
+    }
+
+
+def tags_to_wire(models: Iterable[str]) -> dict[str, Any]:
+    """Write ``/api/tags``: the models the server serves."""
+    return {"models": [_model_entry(name) for name in models]}
+
+
+def ps_to_wire(models: Iterable[str], context_length: int | None) -> dict[str, Any]:
+    """Write ``/api/ps``: the models loaded now (kept loaded: they expire in 2099)."""
+    return {
+        "models": [
+            {
+                **_model_entry(name),
+                "expires_at": "2099-01-01T00:00:00Z",
+                "size_vram": 0,
+                "context_length": context_length or 0,
+            }
+            for name in models
+        ]
+    }
+
+
+def show_to_wire(context_length: int | None, *, tools: bool = True) -> dict[str, Any]:
+    """Write ``/api/show`` of a model the server describes in no Ollama terms."""
+    info: dict[str, Any] = {"general.architecture": ""}
+    if context_length:
+        info["general.context_length"] = context_length
+    return {
+        "modelfile": "",
+        "parameters": "",
+        "template": "",
+        "details": dict(_NO_DETAILS),
+        "model_info": info,
+        "capabilities": ["completion", "tools"] if tools else ["completion"],
+    }
+
+
+def error_body(message: str) -> dict[str, Any]:
+    """Write an error as Ollama does."""
+    return {"error": message}

@@ -1,27 +1,37 @@
-"""OpenAI's ``/v1/chat/completions`` wire format, both directions.
+"""OpenAI's wire format, both directions.
 
-Client side (the OpenAI-compatible backend): ``chat_body`` builds a streamed request with
-``include_usage``; ``StreamDecoder`` turns the server-sent events back into ``StreamChunk`` s: one
-delta is one token, tool calls arriving in pieces keyed by index are assembled for the final chunk,
-usage comes from the usage event or llama.cpp's ``timings`` (estimated when neither comes), an
-echo of the resume prefix is dropped, and error events raise the typed error of their status.
+Chat (``/v1/chat/completions``), raw completions (``/v1/completions``), embeddings
+(``/v1/embeddings``) and the model list (``/v1/models``).
 
-Server side (the gateway): ``parse_chat`` reads a client's request (a final assistant message is
-the beginning of the answer, continued as llama.cpp does); ``StreamEncoder`` writes the
-``chat.completion.chunk`` events of a stream and the ``chat.completion`` object of a whole answer.
+Client side (the OpenAI-compatible backend): ``chat_body`` and ``completion_body`` build streamed
+requests with ``include_usage``; ``StreamDecoder`` turns the server-sent events of either back
+into ``StreamChunk`` s: one delta is one token, tool calls arriving in pieces keyed by index are
+assembled for the final chunk, usage comes from the usage event or llama.cpp's ``timings``
+(estimated when neither comes), an echo of the resume prefix is dropped, and error events raise
+the typed error of their status. ``embedding_body`` / ``embedding_answer`` do embeddings.
+
+Server side (the gateway): ``parse_chat``, ``parse_completion`` and ``parse_embeddings`` read a
+client's requests (a final assistant message is the beginning of the answer, continued as
+llama.cpp does); ``StreamEncoder`` writes the ``chat.completion.chunk`` events of a stream and the
+``chat.completion`` object of a whole answer, ``CompletionEncoder`` the ``text_completion`` ones;
+``embeddings_to_wire``, ``models_to_wire`` and ``error_body`` write the other answers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import base64
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 import json
+import struct
 from typing import Any
 
 from ..backends.base import (
     Answer,
     ChatMessage,
     ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
     StreamChunk,
     TokenUsage,
     ToolCall,
@@ -30,16 +40,21 @@ from ..errors import BackendError, InvalidRequestError, MalformedStreamError, ht
 from .common import (
     Fields,
     ParsedChat,
+    ParsedEmbeddings,
     PrefixEcho,
+    embedding_chunks,
     estimated_usage,
     sampling_to_wire,
     split_prefix,
     stream_closed,
     stream_object,
     tools_to_wire,
+    vectors_of,
 )
 
 CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+EMBEDDINGS_PATH = "/v1/embeddings"
 SSE_DONE = b"data: [DONE]\n\n"
 
 _READ_FIELDS = frozenset({
@@ -48,6 +63,11 @@ _READ_FIELDS = frozenset({
     "continue_final_message", "add_generation_prompt",
 })  # fmt: skip
 """Request fields ``parse_chat`` reads; every other one is passed through in ``options``."""
+_READ_COMPLETION_FIELDS = frozenset({
+    "model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "stream",
+    "stream_options", "n", "echo", "suffix", "best_of", "logprobs",
+})  # fmt: skip
+"""Request fields ``parse_completion`` reads; every other one is passed through in ``options``."""
 
 
 # --- client side: the request ----------------------------------------------------------------
@@ -84,15 +104,9 @@ def chat_body(
     ``options`` still win over them.
     """
     messages = [message_to_wire(message) for message in request.messages]
-    body: dict[str, Any] = {
-        "model": request.model,
-        "messages": messages,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
     if request.assistant_prefix:
         messages.append({"role": "assistant", "content": request.assistant_prefix})
-    body.update(sampling_to_wire(request, "max_tokens"))
+    body = _streamed_body(request, {"messages": messages})
     if request.tools:
         body["tools"] = tools_to_wire(request.tools)
     if request.json_schema is not None:
@@ -106,9 +120,61 @@ def chat_body(
         }
     elif request.json_mode:
         body["response_format"] = {"type": "json_object"}
+    return _with_extras(body, request, server_fields)
+
+
+def completion_body(
+    request: CompletionRequest, server_fields: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the streamed ``/v1/completions`` body of a raw completion (resumed: prompt + prefix)."""
+    body = _streamed_body(
+        request, {"prompt": request.prompt + request.assistant_prefix}
+    )
+    return _with_extras(body, request, server_fields)
+
+
+def _streamed_body(request: ChatRequest, content: dict[str, Any]) -> dict[str, Any]:
+    """Start a streamed body with usage: the model, ``content``, the sampling settings."""
+    return {
+        "model": request.model,
+        **content,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **sampling_to_wire(request, "max_tokens"),
+    }
+
+
+def _with_extras(
+    body: dict[str, Any], request: ChatRequest, server_fields: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Add what the kind of server needs, then the request's own options (which win)."""
     body.update(server_fields or {})
     body.update(request.options)
     return body
+
+
+def embedding_body(request: EmbeddingRequest) -> dict[str, Any]:
+    """Build the ``/v1/embeddings`` body of an embeddings request (vectors as numbers)."""
+    return {
+        "model": request.model,
+        "input": list(request.inputs),
+        "encoding_format": "float",
+        **request.options,
+    }
+
+
+def embedding_answer(
+    data: Any, request: EmbeddingRequest, url: str
+) -> list[StreamChunk]:
+    """Read a ``/v1/embeddings`` answer as the chunks of ``common.embedding_chunks``."""
+    entries = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise MalformedStreamError(f"{url} answered embeddings without data", url=url)
+    ordered = sorted(entries, key=lambda entry: int(entry.get("index") or 0))
+    vectors = vectors_of((entry.get("embedding") for entry in ordered), url)
+    usage = data.get("usage")
+    prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    return embedding_chunks(request, vectors, prompt)
 
 
 # --- client side: the stream -------------------------------------------------------------------
@@ -141,8 +207,12 @@ class StreamDecoder:
     _echo: PrefixEcho = field(init=False)
 
     def __post_init__(self) -> None:
-        """Watch for an echo of the resume prefix (llama.cpp streams it back first)."""
-        self._echo = PrefixEcho(self.request.assistant_prefix)
+        """Watch for an echo of the resume prefix (llama.cpp streams it back first).
+
+        A raw completion's prefix is part of its prompt, which servers do not echo.
+        """
+        raw = isinstance(self.request, CompletionRequest)
+        self._echo = PrefixEcho("" if raw else self.request.assistant_prefix)
 
     @property
     def started(self) -> bool:
@@ -165,7 +235,8 @@ class StreamDecoder:
         chunks: list[StreamChunk] = []
         for choice in data.get("choices") or ():
             delta = choice.get("delta") or {}
-            text = delta.get("content") or ""
+            # A chat's text is in its delta, a raw completion's in the choice itself.
+            text = delta.get("content") or choice.get("text") or ""
             reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
             if delta.get("tool_calls"):
                 self._add_tool_call_pieces(delta["tool_calls"])
@@ -311,20 +382,17 @@ def parse_chat(body: Any) -> ParsedChat:
     if not raw_messages:
         raise InvalidRequestError("messages", "must hold at least one message")
     messages, prefix = split_prefix([_message_from_wire(m) for m in raw_messages])
-    if fields.integer("n") not in {None, 1}:
-        raise InvalidRequestError("n", "only one choice is supported")
+    _one_choice(fields)
     # The newer name wins over the older one.
     newer = fields.get("max_completion_tokens") is not None
-    limit = "max_completion_tokens" if newer else "max_tokens"
-    max_tokens = fields.integer(limit)
-    if max_tokens is not None and max_tokens < 1:
-        raise InvalidRequestError(limit, "must be at least 1")
     json_schema, json_mode = _response_format(fields.nested("response_format"))
     request = ChatRequest(
         model=fields.string("model"),
         messages=messages,
         tools=fields.tools(),
-        max_tokens=max_tokens,
+        max_tokens=_max_tokens(
+            fields, "max_completion_tokens" if newer else "max_tokens"
+        ),
         temperature=fields.number("temperature"),
         top_p=fields.number("top_p"),
         seed=fields.integer("seed"),
@@ -335,6 +403,49 @@ def parse_chat(body: Any) -> ParsedChat:
         priority=fields.integer("priority"),
         options=fields.others(_READ_FIELDS),
     )
+    return _parsed(fields, request)
+
+
+def parse_completion(body: Any) -> ParsedChat:
+    """Read a client's ``/v1/completions`` request: one prompt, continued as it is."""
+    fields = Fields(body)
+    prompts = fields.texts("prompt")
+    if len(prompts) != 1:
+        raise InvalidRequestError("prompt", "only one prompt is supported")
+    _one_choice(fields)
+    fields.absent("echo", "echoing the prompt is not supported")
+    fields.absent("suffix", "a suffix is not supported")
+    fields.absent("logprobs", "log probabilities are not supported")
+    if fields.integer("best_of") not in {None, 1}:
+        raise InvalidRequestError("best_of", "only one candidate is supported")
+    request = CompletionRequest(
+        model=fields.string("model"),
+        messages=(),
+        prompt=prompts[0],
+        max_tokens=_max_tokens(fields, "max_tokens"),
+        temperature=fields.number("temperature"),
+        top_p=fields.number("top_p"),
+        seed=fields.integer("seed"),
+        stop=fields.stop("stop"),
+        options=fields.others(_READ_COMPLETION_FIELDS),
+    )
+    return _parsed(fields, request)
+
+
+def _one_choice(fields: Fields) -> None:
+    if fields.integer("n") not in {None, 1}:
+        raise InvalidRequestError("n", "only one choice is supported")
+
+
+def _max_tokens(fields: Fields, key: str) -> int | None:
+    max_tokens = fields.integer(key)
+    if max_tokens is not None and max_tokens < 1:
+        raise InvalidRequestError(key, "must be at least 1")
+    return max_tokens
+
+
+def _parsed(fields: Fields, request: ChatRequest) -> ParsedChat:
+    """Add how the client wants the answer delivered (streamed or not, usage at the end)."""
     include_usage = fields.nested("stream_options").boolean(
         "include_usage", default=False
     )
@@ -343,6 +454,25 @@ def parse_chat(body: Any) -> ParsedChat:
         stream=fields.boolean("stream", default=False),
         include_usage=include_usage,
     )
+
+
+def parse_embeddings(body: Any) -> ParsedEmbeddings:
+    """Read a client's ``/v1/embeddings`` request (text inputs; vectors as floats or base64)."""
+    fields = Fields(body)
+    inputs = fields.texts("input")
+    if not inputs:
+        raise InvalidRequestError("input", "must hold at least one text")
+    encoding = fields.string("encoding_format", default="float")
+    if encoding not in {"float", "base64"}:
+        raise InvalidRequestError("encoding_format", "must be float or base64")
+    dimensions = fields.integer("dimensions")
+    request = EmbeddingRequest(
+        model=fields.string("model"),
+        messages=(),
+        inputs=inputs,
+        options={} if dimensions is None else {"dimensions": dimensions},
+    )
+    return ParsedEmbeddings(request=request, base64=encoding == "base64")
 
 
 def _message_from_wire(fields: Fields) -> ChatMessage:
@@ -393,12 +523,8 @@ def usage_to_wire(usage: TokenUsage) -> dict[str, int]:
 
 
 @dataclass(slots=True, kw_only=True)
-class StreamEncoder:
-    """Writes an answer's stream chunks as ``chat.completion.chunk`` events.
-
-    It also gathers the whole answer, for ``answer``: the ``chat.completion`` object a client
-    that did not stream gets.
-    """
+class _EventEncoder:
+    """What the encoders of chat and raw completion streams share: ids, the end, the bytes."""
 
     model: str
     completion_id: str
@@ -406,17 +532,49 @@ class StreamEncoder:
     """Unix seconds."""
     include_usage: bool = False
     _chunks: list[StreamChunk] = field(default_factory=list, init=False)
+
+    def _event(self, content: Any, finish_reason: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _ending(self, chunk: StreamChunk, empty: Any) -> list[dict[str, Any]]:
+        """Return the events after the last chunk: its finish reason, the usage if asked."""
+        events = [self._event(empty, chunk.finish_reason or "stop")]
+        if self.include_usage and chunk.usage is not None:
+            final = self._event(empty, None)
+            final["choices"] = []
+            final["usage"] = usage_to_wire(chunk.usage)
+            events.append(final)
+        return events
+
+    def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
+        """Return the events that carry ``chunk``."""
+        raise NotImplementedError
+
+    def encode(self, chunk: StreamChunk) -> bytes:
+        """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
+        data = b"".join(sse_event(event) for event in self.feed(chunk))
+        return data + SSE_DONE if chunk.done else data
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamEncoder(_EventEncoder):
+    """Writes an answer's stream chunks as ``chat.completion.chunk`` events.
+
+    It also gathers the whole answer, for ``answer``: the ``chat.completion`` object a client
+    that did not stream gets.
+    """
+
     _tools_sent: int = field(default=0, init=False)
 
     def _event(
-        self, delta: dict[str, Any], finish_reason: str | None
+        self, content: dict[str, Any], finish_reason: str | None
     ) -> dict[str, Any]:
         return {
             "id": self.completion_id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            "choices": [{"index": 0, "delta": content, "finish_reason": finish_reason}],
         }
 
     def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
@@ -435,18 +593,8 @@ class StreamEncoder:
             self._tools_sent += len(calls)
             events.append(self._event({"tool_calls": calls}, None))
         if chunk.done:
-            events.append(self._event({}, chunk.finish_reason or "stop"))
-            if self.include_usage and chunk.usage is not None:
-                final = self._event({}, None)
-                final["choices"] = []
-                final["usage"] = usage_to_wire(chunk.usage)
-                events.append(final)
+            events += self._ending(chunk, {})
         return events
-
-    def encode(self, chunk: StreamChunk) -> bytes:
-        """Return the server-sent events of ``chunk``; after the last one, ``[DONE]``."""
-        data = b"".join(sse_event(event) for event in self.feed(chunk))
-        return data + SSE_DONE if chunk.done else data
 
     def answer(self) -> dict[str, Any]:
         """Return the ``chat.completion`` object of the whole answer fed so far."""
@@ -473,3 +621,93 @@ class StreamEncoder:
         if answer.usage is not None:
             result["usage"] = usage_to_wire(answer.usage)
         return result
+
+
+@dataclass(slots=True, kw_only=True)
+class CompletionEncoder(_EventEncoder):
+    """Writes a raw completion's stream chunks as ``text_completion`` events.
+
+    It also gathers the whole answer, for ``answer``: the object a client that did not stream
+    gets.
+    """
+
+    def _event(self, content: str, finish_reason: str | None) -> dict[str, Any]:
+        return {
+            "id": self.completion_id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": content,
+                    "logprobs": None,
+                    "finish_reason": finish_reason,
+                }
+            ],
+        }
+
+    def feed(self, chunk: StreamChunk) -> list[dict[str, Any]]:
+        """Return the events that carry ``chunk``."""
+        self._chunks.append(chunk)
+        events: list[dict[str, Any]] = []
+        if chunk.text:
+            events.append(self._event(chunk.text, None))
+        if chunk.done:
+            events += self._ending(chunk, "")
+        return events
+
+    def answer(self) -> dict[str, Any]:
+        """Return the ``text_completion`` object of the whole answer fed so far."""
+        answer = Answer.of(self._chunks)
+        result = self._event(answer.text, answer.finish_reason or "stop")
+        if answer.usage is not None:
+            result["usage"] = usage_to_wire(answer.usage)
+        return result
+
+
+def embeddings_to_wire(
+    vectors: Sequence[Sequence[float]],
+    usage: TokenUsage | None,
+    *,
+    model: str,
+    base64_vectors: bool = False,
+) -> dict[str, Any]:
+    """Write an embeddings answer (``base64_vectors``: packed little-endian float32)."""
+    prompt = usage.prompt_tokens if usage is not None else 0
+
+    def encoded(vector: Sequence[float]) -> list[float] | str:
+        if not base64_vectors:
+            return list(vector)
+        packed = struct.pack(f"<{len(vector)}f", *vector)
+        return base64.b64encode(packed).decode("ascii")
+
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": index, "embedding": encoded(vector)}
+            for index, vector in enumerate(vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": prompt, "total_tokens": prompt},
+    }
+
+
+def model_to_wire(model: str, *, owner: str, created: int = 0) -> dict[str, Any]:
+    """Write one entry of ``/v1/models``."""
+    return {"id": model, "object": "model", "created": created, "owned_by": owner}
+
+
+def models_to_wire(models: Iterable[str], *, owner: str) -> dict[str, Any]:
+    """Write the ``/v1/models`` list."""
+    return {
+        "object": "list",
+        "data": [model_to_wire(model, owner=owner) for model in models],
+    }
+
+
+def error_body(
+    message: str, *, kind: str, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    """Write an error as OpenAI does (``kind``: ``invalid_request_error``, ...)."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

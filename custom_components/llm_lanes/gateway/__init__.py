@@ -1,0 +1,23 @@
+"""The household gateway: OpenAI- and Ollama-compatible endpoints served by Home Assistant.
+
+Every other LLM client of the home (Open WebUI, scripts, phone apps, Home Assistant's own
+``ollama`` and ``llama_cpp`` integrations) reaches the server through the same scheduler as our
+own agents: each client (a ``client`` subentry of a server entry) has a key, a lane and a
+requester. ``openai_api`` and ``ollama_api`` hold the views, ``auth`` who is calling,
+``clients`` the client subentries, ``serving`` which server answers and what a request becomes,
+``relay`` the HTTP side of a stream, ``errors`` the statuses.
+"""
+
+from __future__ import annotations
+
+from homeassistant.core import HomeAssistant, callback
+
+from .ollama_api import OllamaView
+from .openai_api import OpenAIView
+
+
+@callback
+def async_register_gateway(hass: HomeAssistant) -> None:
+    """Serve both endpoints from Home Assistant's HTTP server (once, for every server entry)."""
+    hass.http.register_view(OpenAIView())
+    hass.http.register_view(OllamaView())

@@ -1,0 +1,1 @@
+"""Tests of the gateway: OpenAI- and Ollama-compatible endpoints, with real clients."""

@@ -1,0 +1,45 @@
+"""What the gateway tests send: messages, a tool, a schema, and a long answer that holds its slot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+from openai import AsyncStream
+from openai.types.chat import ChatCompletionChunk
+
+from tests.support.entries import MODEL
+
+HELLO: list[Any] = [{"role": "user", "content": "Hello"}]
+TURN_ON: list[Any] = [{"role": "user", "content": 'HassTurnOn name="Kitchen light"'}]
+"""Asks the simulated model to call ``HassTurnOn`` (see ``core.bench.sim_answers``)."""
+LIGHTS: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "HassTurnOn",
+        "description": "Turn on a device",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
+    },
+}
+ROOM: dict[str, Any] = {
+    "type": "object",
+    "properties": {"room": {"type": "string", "enum": ["kitchen", "hall"]}},
+    "required": ["room"],
+}
+
+
+async def long_stream(
+    api: openai.AsyncOpenAI, model: str = MODEL, max_tokens: int = 2000
+) -> AsyncStream[ChatCompletionChunk]:
+    """Start a streamed answer of ``max_tokens`` tokens (``ignore_eos``: it never stops early)."""
+    return await api.chat.completions.create(
+        model=model,
+        messages=HELLO,
+        stream=True,
+        max_tokens=max_tokens,
+        extra_body={"ignore_eos": True},
+    )

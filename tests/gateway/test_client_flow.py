@@ -1,0 +1,180 @@
+"""Client subentries: added and reconfigured in the UI, the key shown once, no reload.
+
+Also what the rest of the integration shows of clients: their requester's name, their quota in
+the scheduler settings, and diagnostics that list them without their key.
+"""
+
+from __future__ import annotations
+
+import json
+
+from homeassistant import config_entries
+from homeassistant.const import CONF_API_KEY, CONF_NAME
+from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
+import openai
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+from pytest_homeassistant_custom_component.components.diagnostics import (
+    get_diagnostics_for_config_entry,
+)
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
+
+from custom_components.llm_lanes.const import (
+    CONF_LANE,
+    CONF_MAX_OUTPUT_TOKENS,
+    CONF_QUOTA_TOKENS_PER_DAY,
+    CONF_ROTATE_KEY,
+    SUBENTRY_CLIENT,
+)
+from custom_components.llm_lanes.core.bench.simulator import SimConfig
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.requesters import (
+    async_requester_name,
+    client_requester,
+)
+from tests.support.entries import MODEL
+from tests.support.requests import finished_requests
+
+from .conftest import Gateway
+from .samples import HELLO
+
+
+@pytest.fixture
+def sim_config() -> SimConfig:
+    """Flows do not depend on the server kind: one simulated llama.cpp."""
+    return SimConfig(slots=2, speed=50.0)
+
+
+async def _add_client_in_the_ui(
+    hass: HomeAssistant, entry: MockConfigEntry, **fields: object
+) -> tuple[str, dict[str, str]]:
+    """Go through the add-client flow; return the new subentry's id and the key step's text."""
+    result = await hass.config_entries.subentries.async_init(
+        (entry.entry_id, SUBENTRY_CLIENT),
+        context={"source": config_entries.SOURCE_USER},
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "user"
+    result = await hass.config_entries.subentries.async_configure(
+        result["flow_id"], {CONF_NAME: "Open WebUI", CONF_LANE: "interactive", **fields}
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "key"
+    shown = dict(result["description_placeholders"] or {})
+    before = set(entry.subentries)
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    await hass.async_block_till_done()
+    (subentry_id,) = set(entry.subentries) - before
+    return subentry_id, shown
+
+
+async def test_add_client_shows_its_key_once_and_needs_no_reload(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """The key is shown with both base URLs, stored, and works at once; the entry keeps running."""
+    entry = init_integration
+    scheduler = entry.runtime_data.scheduler
+    subentry_id, shown = await _add_client_in_the_ui(
+        hass, entry, **{CONF_QUOTA_TOKENS_PER_DAY: 5000, CONF_MAX_OUTPUT_TOKENS: 3}
+    )
+    subentry = entry.subentries[subentry_id]
+    key = subentry.data[CONF_API_KEY]
+    assert shown["api_key"] == key
+    assert len(key) >= 40
+    assert shown["openai_url"].endswith("/api/llm_lanes/v1")
+    assert shown["ollama_url"].endswith(f"/api/llm_lanes/ollama/{key}")
+    assert dict(subentry.data) == {
+        CONF_LANE: "interactive",
+        CONF_QUOTA_TOKENS_PER_DAY: 5000,
+        CONF_MAX_OUTPUT_TOKENS: 3,
+        CONF_API_KEY: key,
+    }
+    # No reload: the same scheduler, with the client's quota.
+    assert entry.runtime_data.scheduler is scheduler
+    requester = client_requester(subentry_id)
+    assert scheduler.settings.requester_quotas[requester] == 5000
+    assert await async_requester_name(hass, requester) == "Open WebUI"
+
+    finished = finished_requests(entry)
+    answer = await gateway.openai(key).chat.completions.create(
+        model=MODEL, messages=HELLO, max_tokens=50
+    )
+    assert answer.usage is not None and answer.usage.completion_tokens <= 3  # capped
+    assert [(f.lane, f.requester) for f in finished] == [(Lane.INTERACTIVE, requester)]
+
+    hass.config_entries.async_remove_subentry(entry, subentry_id)
+    await hass.async_block_till_done()
+    assert entry.runtime_data.scheduler is scheduler
+    assert requester not in scheduler.settings.requester_quotas
+    with pytest.raises(openai.AuthenticationError):
+        await gateway.openai(key).models.list()
+
+
+async def test_reconfigure_changes_lane_and_rotates_the_key(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """A new lane applies at once; a rotated key is shown once and the old one stops working."""
+    entry = init_integration
+    subentry_id, shown = await _add_client_in_the_ui(hass, entry)
+    old_key = shown["api_key"]
+
+    result = await entry.start_subentry_reconfigure_flow(hass, subentry_id)
+    assert result["step_id"] == "reconfigure"
+    result = await hass.config_entries.subentries.async_configure(
+        result["flow_id"], {CONF_LANE: "voice", CONF_ROTATE_KEY: False}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert entry.subentries[subentry_id].data[CONF_API_KEY] == old_key
+    finished = finished_requests(entry)
+    await gateway.openai(old_key).chat.completions.create(
+        model=MODEL, messages=HELLO, max_tokens=2
+    )
+    assert [f.lane for f in finished] == [Lane.VOICE]
+
+    result = await entry.start_subentry_reconfigure_flow(hass, subentry_id)
+    result = await hass.config_entries.subentries.async_configure(
+        result["flow_id"], {CONF_LANE: "voice", CONF_ROTATE_KEY: True}
+    )
+    assert result["step_id"] == "key"
+    new_key = (result["description_placeholders"] or {})["api_key"]
+    assert new_key != old_key
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "reconfigure_successful"
+    await hass.async_block_till_done()
+    assert entry.subentries[subentry_id].data[CONF_API_KEY] == new_key
+
+    with pytest.raises(openai.AuthenticationError):
+        await gateway.openai(old_key).models.list()
+    assert [m.id async for m in await gateway.openai(new_key).models.list()] == [MODEL]
+
+
+async def test_diagnostics_list_clients_without_keys(
+    hass: HomeAssistant,
+    gateway: Gateway,
+    init_integration: MockConfigEntry,
+    hass_client: ClientSessionGenerator,
+) -> None:
+    """Diagnostics show each client's lane, limits and counters; its key nowhere."""
+    client = await gateway.add_client(
+        init_integration, name="Phone", lane="voice", **{CONF_QUOTA_TOKENS_PER_DAY: 100}
+    )
+    await gateway.openai(client.api_key).chat.completions.create(
+        model=MODEL, messages=HELLO, max_tokens=2
+    )
+    diagnostics = await get_diagnostics_for_config_entry(
+        hass, hass_client, init_integration
+    )
+    (phone,) = diagnostics["clients"]
+    assert phone["name"] == "Phone"
+    assert phone["lane"] == "voice"
+    assert phone["quota_tokens_per_day"] == 100
+    assert phone["finished_total"] == 1
+    assert phone["tokens_last_24h"] > 0
+    assert client.api_key not in json.dumps(diagnostics)
+    (subentry,) = [
+        s for s in diagnostics["entry"]["subentries"] if s["type"] == "client"
+    ]
+    assert subentry["data"][CONF_API_KEY] == "**REDACTED**"

@@ -1,0 +1,127 @@
+"""The gateway in front of a real llama.cpp ``llama-server`` (built from source, tiny model).
+
+Real clients on both endpoints, a raw completion, and a client that disconnects mid-stream:
+its slot at the server (``/slots``) is free again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.core import HomeAssistant
+import pytest
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
+from custom_components.llm_lanes.core.lanes import Lane
+from tests.support.entries import async_set_up, server_entry
+from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.requests import async_wait_for, finished_requests
+
+from .conftest import Gateway
+from .samples import long_stream
+
+pytestmark = pytest.mark.llamacpp
+
+HELLO = [{"role": "user", "content": "Tell me about the kitchen lights."}]
+
+
+@pytest.fixture(scope="session")
+def gateway_llama_server() -> Iterator[LlamaServer]:
+    """Run a real llama-server for the gateway tests of the session."""
+    yield from session_llama_server()
+
+
+@pytest.fixture
+async def llama_entry(
+    hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
+) -> AsyncIterator[MockConfigEntry]:
+    """Set up an LLM Lanes entry for the real server (after the gateway's app runs)."""
+    entry = server_entry(
+        gateway_llama_server.url,
+        "llama_cpp",
+        model=gateway_llama_server.model_name,
+        title="llama.cpp (real)",
+    )
+    yield await async_set_up(hass, entry)
+    if entry.state is ConfigEntryState.LOADED:
+        assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_both_endpoints_in_front_of_llama_server(
+    gateway: Gateway,
+    llama_entry: MockConfigEntry,
+    gateway_llama_server: LlamaServer,
+) -> None:
+    """OpenAI chat (streamed), raw completion and an Ollama chat, all through the scheduler."""
+    model = gateway_llama_server.model_name
+    client = await gateway.add_client(llama_entry, lane="voice")
+    finished = finished_requests(llama_entry)
+    api = gateway.openai(client.api_key)
+
+    stream = await api.chat.completions.create(
+        model=model,
+        messages=HELLO,
+        stream=True,
+        stream_options={"include_usage": True},
+        max_tokens=12,
+        temperature=0,
+    )
+    events = [event async for event in stream]
+    texts = [
+        e.choices[0].delta.content
+        for e in events
+        if e.choices and e.choices[0].delta.content
+    ]
+    assert texts
+    assert events[-1].usage is not None
+    assert events[-1].usage.completion_tokens == 12  # the server's own count
+
+    completed = await api.completions.create(
+        model=model, prompt="The kitchen light is", max_tokens=6, temperature=0
+    )
+    assert completed.choices[0].text
+    assert completed.usage is not None and completed.usage.completion_tokens == 6
+
+    answer = await gateway.ollama(client.api_key).chat(
+        model=model, messages=HELLO, options={"num_predict": 5, "temperature": 0}
+    )
+    assert answer.message.content
+    assert answer.eval_count == 5
+    assert [(f.lane, f.requester, f.outcome, f.token_source) for f in finished] == [
+        (Lane.VOICE, client.requester, "ok", "server")
+    ] * 3
+
+
+async def test_disconnect_frees_the_llama_server_slot(
+    gateway: Gateway, llama_entry: MockConfigEntry, gateway_llama_server: LlamaServer
+) -> None:
+    """A client that closes its stream mid-answer: the server's slot is idle within a second."""
+    backend = llama_entry.runtime_data.backend
+    assert isinstance(backend, OpenAIBackend)
+    client = await gateway.add_client(llama_entry)
+    finished = finished_requests(llama_entry)
+    assert await backend.slots_busy() == 0
+
+    stream = await long_stream(
+        gateway.openai(client.api_key), gateway_llama_server.model_name, 600
+    )
+    events = aiter(stream)
+    await anext(events)
+    await anext(events)
+    assert await backend.slots_busy() == 1
+    await stream.close()
+
+    for _ in range(20):  # within a second
+        if not await backend.slots_busy():
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError(
+            "the slot was still busy a second after the client went away"
+        )
+    await async_wait_for(lambda: finished != [])
+    assert [f.outcome for f in finished] == ["cancelled"]
+    assert finished[0].output_tokens < 600

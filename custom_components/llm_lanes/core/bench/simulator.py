@@ -105,6 +105,8 @@ class SimulatedServer:
         )
         self.requests_seen: list[dict[str, Any]] = []
         """Bodies of the chat requests received (for tests)."""
+        self.prefills_seen: list[dict[str, Any]] = []
+        """Bodies of the prefill-only ``/completion`` requests received (for tests)."""
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._started = time.time()
@@ -274,6 +276,7 @@ class SimulatedServer:
     async def _completion(self, request: web.Request) -> web.Response:
         """Evaluate a raw prompt into a slot's cache (only ``n_predict: 0`` is simulated)."""
         body = await _json_body(request)
+        self.prefills_seen.append(body)
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or body.get("n_predict") != 0:
             return _error(

@@ -70,6 +70,13 @@ class BatchCostModel:
         if sequences >= 1:
             self._gaps[min(sequences, self._max_sequences) - 1].append(gap_s)
 
+    def seed(self, sequences: int, itl_s: float) -> None:
+        """Start a batch size from a measurement (a calibration) instead of from nothing."""
+        if sequences >= 1:
+            gaps = self._gaps[min(sequences, self._max_sequences) - 1]
+            gaps.extend([itl_s] * max(0, MIN_SAMPLES - len(gaps)))
+            self._curve = None
+
     def itl(self, sequences: int, now: float) -> float | None:
         """Predicted gap with ``sequences`` in flight; None until anything was learned."""
         if sequences < 1:

@@ -115,6 +115,19 @@ async def describe_server(backend: Backend, model: str | None) -> ServerDescript
     )
 
 
+def settings_for_server(server: ServerDescription) -> SchedulerSettings:
+    """Return the default settings as Home Assistant sets them for this server (its slots)."""
+    base = SchedulerSettings()
+    if not server.slots:
+        return base
+    return replace(
+        base,
+        max_sequences=server.slots,
+        server_slots=server.slots,
+        headroom=min(base.headroom, server.slots - 1),
+    )
+
+
 def settings_for(policy: BenchPolicy, settings: SchedulerSettings) -> SchedulerSettings:
     """Return the scheduler settings a policy runs with."""
     if policy == "fifo":

@@ -298,3 +298,51 @@ def test_switching_policy_reorders_the_waiting_requests() -> None:
     assert decision.request.seq == 3
     queue.update_settings(replace(lanes, policy=Policy.FIFO))
     assert admit_all(queue) == [1, 2, 3]
+
+
+def test_background_borrows_headroom_only_while_the_foreground_is_idle() -> None:
+    """With preemption on, background takes the last slot while no voice or chat is active."""
+    settings = SchedulerSettings(max_sequences=2, headroom=1, background_share=0)
+    queue = Queue(settings)
+    first, second = entry(1, Lane.BACKGROUND, "j1"), entry(2, Lane.BACKGROUND, "j2")
+    for item in (first, second):
+        queue.push(item)
+    assert queue.choose(0.0) == Admit(first)
+    queue.start(first)
+    assert queue.choose(0.0) == Admit(second)  # the headroom slot, lent
+    queue.start(second)
+    # Voice comes: the borrowed slot is taken back by preemption.
+    queue.push(entry(3, Lane.VOICE, "v"))
+    assert queue.choose(0.0) == Preempt(second)
+
+
+def test_headroom_is_not_lent_while_the_foreground_is_active_or_without_preemption() -> (
+    None
+):
+    """An interactive request streaming, or preemption off: background leaves the headroom."""
+    for settings, foreground in (
+        (SchedulerSettings(max_sequences=3, headroom=1, background_share=0), True),
+        (
+            SchedulerSettings(
+                max_sequences=2, headroom=1, background_share=0, preemption=False
+            ),
+            False,
+        ),
+    ):
+        queue = Queue(settings)
+        if foreground:
+            chat = entry(9, Lane.INTERACTIVE, "u")
+            queue.push(chat)
+            queue.start(chat)
+        running = entry(1, Lane.BACKGROUND, "j1")
+        queue.push(running)
+        queue.start(running)
+        queue.push(entry(2, Lane.BACKGROUND, "j2"))
+        assert queue.choose(0.0) is None
+    # Automation never borrows: nothing takes its slot back.
+    queue = Queue(SchedulerSettings(max_sequences=2, headroom=1))
+    running = entry(1, Lane.AUTOMATION, "a")
+    queue.push(running)
+    queue.start(running)
+    queue.push(entry(2, Lane.AUTOMATION, "b"))
+    assert queue.choose(0.0) is None

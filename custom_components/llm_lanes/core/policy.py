@@ -20,9 +20,10 @@ Order under the ``lanes`` policy, highest first:
 
 Admission limits, checked for the best candidate first:
 
-- ``max_sequences`` sequences in flight, of which ``headroom`` only voice and interactive may take
-  (a background request ranked up by the share may use them while preemption is on: the
-  foreground takes them back by preemption).
+- ``max_sequences`` sequences in flight, of which ``headroom`` only voice and interactive may take.
+  With preemption on, background borrows them while no voice or interactive work is active (or
+  when the share ranked it up): the foreground takes them back by preemption when it comes, and
+  an idle slot is not left unused for hours of nightly summaries.
 - ``prefill_budget`` prompt tokens in flight; a single larger request runs alone rather than never.
 - A lane's ``max_concurrency`` cap; ``background_paused``; while voice is active (waiting,
   streaming, or announced by ``Scheduler.prepare``) the prefill guard: a background request with a
@@ -163,7 +164,11 @@ class LanesPolicy(SchedulingPolicy):
             if (
                 lane >= Lane.AUTOMATION
                 and 0 < free <= headroom
-                and not (rank == _SHARE_RANK and settings.preemption)
+                and not (
+                    lane is Lane.BACKGROUND
+                    and settings.preemption
+                    and (rank == _SHARE_RANK or not foreground_is_active(state, now))
+                )
             ):
                 continue
             if not has_room(state, request):
@@ -209,17 +214,21 @@ def voice_is_active(state: RunState, now: float) -> bool:
     )
 
 
+def foreground_is_active(state: RunState, now: float) -> bool:
+    """Whether voice is active or an interactive request waits or streams."""
+    return bool(
+        voice_is_active(state, now)
+        or state.running_by_lane[Lane.INTERACTIVE]
+        or state.queued(Lane.INTERACTIVE)
+    )
+
+
 def background_limit(state: RunState, now: float) -> int | None:
     """Return the most background streams allowed beside active foreground work (None: no limit).
 
     ``background_with_voice`` fixes it; otherwise it is what ``batch_cost.py`` learned.
     """
-    running = state.running_by_lane
-    if not (
-        voice_is_active(state, now)
-        or running[Lane.INTERACTIVE]
-        or state.queued(Lane.INTERACTIVE)
-    ):
+    if not foreground_is_active(state, now):
         return None
     fixed = state.settings.background_with_voice
     return fixed if fixed is not None else state.learned_background_limit

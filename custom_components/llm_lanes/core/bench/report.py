@@ -210,16 +210,21 @@ def _tokens_in_window(
 
 
 def _cache_use(records: Sequence[RequestRecord]) -> dict[str, int | None]:
-    """Prompt tokens the server evaluated and took from its cache (None: it did not say)."""
-    reported = [r for r in records if r.cached_prompt_tokens is not None]
-    if not reported:
-        return {"prompt_tokens_evaluated": None, "prompt_tokens_cached": None}
+    """Prompt tokens the server evaluated and took from its cache (None: it did not say).
+
+    Ollama says what it evaluated, not what it reused.
+    """
+    evaluated = [r.evaluated_prompt_tokens for r in records]
+    cached = [r.cached_prompt_tokens for r in records]
     return {
-        "prompt_tokens_evaluated": sum(
-            r.evaluated_prompt_tokens or 0 for r in reported
-        ),
-        "prompt_tokens_cached": sum(r.cached_prompt_tokens or 0 for r in reported),
+        "prompt_tokens_evaluated": _sum_known(evaluated),
+        "prompt_tokens_cached": _sum_known(cached),
     }
+
+
+def _sum_known(values: Sequence[int | None]) -> int | None:
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
 
 
 # --- files --------------------------------------------------------------------------------------
@@ -286,10 +291,9 @@ def markdown_report(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in report["classes"].items():
-        cache = (
-            "–"
-            if c["prompt_tokens_cached"] is None
-            else f"{c['prompt_tokens_evaluated']:,} / {c['prompt_tokens_cached']:,}"
+        cache = " / ".join(
+            "–" if c[key] is None else f"{c[key]:,}"
+            for key in ("prompt_tokens_evaluated", "prompt_tokens_cached")
         )
         lines.append(
             f"| {name} | {c['count']} | {c['finished']} | {c['rejected']} | "

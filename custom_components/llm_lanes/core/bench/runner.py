@@ -416,9 +416,13 @@ class _Run:
                         record.prompt_tokens = chunk.usage.prompt_tokens
                         record.output_tokens = chunk.usage.output_tokens
                         record.cached_prompt_tokens = chunk.usage.cached_prompt_tokens
-                        if chunk.usage.cached_prompt_tokens is not None:
+                        usage = chunk.usage
+                        if (
+                            usage.cached_prompt_tokens is not None
+                            or usage.evaluated_prompt_tokens is not None
+                        ):
                             record.evaluated_prompt_tokens = (
-                                chunk.usage.prompt_tokens_evaluated
+                                usage.prompt_tokens_evaluated
                             )
                     break
             if not record.output_tokens:

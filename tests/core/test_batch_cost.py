@@ -38,6 +38,26 @@ def learned(curve: dict[int, float], sizes: range = range(1, 5)) -> BatchCostMod
     return model
 
 
+def _update(
+    limiter: BackgroundLimiter,
+    running: int = 3,
+    now: float = 1.0,
+    *,
+    settings: SchedulerSettings = SETTINGS,
+    voice: bool = True,
+) -> int | None:
+    """Ask the limiter with one voice stream active (or none), ``running`` background streams."""
+    return limiter.update(
+        settings,
+        foreground_running=int(voice),
+        foreground_waiting=0,
+        others_running=0,
+        background_running=running,
+        foreground_lanes=(Lane.VOICE,) if voice else (),
+        now=now,
+    )
+
+
 def test_model_learns_medians_and_predicts_the_rest() -> None:
     """Medians where measured, a line elsewhere, never falling; nothing before enough samples."""
     model = BatchCostModel(8)
@@ -89,47 +109,14 @@ def test_limit_keeps_voice_within_its_slowdown(
 ) -> None:
     """Beside one voice stream, background keeps what holds voice within 1.5x of alone."""
     model = learned({n: curve(n) for n in range(1, 5)})
-    limiter = BackgroundLimiter(model)
-    limit = limiter.update(
-        SETTINGS,
-        foreground_running=1,
-        foreground_waiting=0,
-        others_running=0,
-        background_running=3,
-        foreground_lanes=(Lane.VOICE,),
-        now=1.0,
-    )
-    assert limit == expected
+    assert _update(BackgroundLimiter(model)) == expected
 
 
 def test_no_limit_without_foreground_or_before_anything_is_learned() -> None:
     """Background is limited only while voice or interactive work is active, and known."""
     limiter = BackgroundLimiter(learned({n: cpu(n) for n in range(1, 5)}))
-    assert (
-        limiter.update(
-            SETTINGS,
-            foreground_running=0,
-            foreground_waiting=0,
-            others_running=0,
-            background_running=3,
-            foreground_lanes=(),
-            now=1.0,
-        )
-        is None
-    )
-    empty = BackgroundLimiter(BatchCostModel(8))
-    assert (
-        empty.update(
-            SETTINGS,
-            foreground_running=1,
-            foreground_waiting=0,
-            others_running=0,
-            background_running=3,
-            foreground_lanes=(Lane.VOICE,),
-            now=1.0,
-        )
-        is None
-    )
+    assert _update(limiter, voice=False) is None
+    assert _update(BackgroundLimiter(BatchCostModel(8))) is None
 
 
 def test_the_lane_objective_bounds_the_limit_too() -> None:
@@ -137,30 +124,10 @@ def test_the_lane_objective_bounds_the_limit_too() -> None:
     slow = {
         n: 0.060 + 0.015 * n for n in range(1, 5)
     }  # alone 75 ms; voice objective 100 ms
-    limiter = BackgroundLimiter(learned(slow))
     settings = SchedulerSettings(max_sequences=4, foreground_slowdown=3.0)
-    limit = limiter.update(
-        settings,
-        foreground_running=1,
-        foreground_waiting=0,
-        others_running=0,
-        background_running=3,
-        foreground_lanes=(Lane.VOICE,),
-        now=1.0,
-    )
-    assert limit == 1  # 2 sequences: 90 ms; 3: 105 ms > 100 ms
-
-
-def _update(limiter: BackgroundLimiter, running: int, now: float) -> int | None:
-    return limiter.update(
-        SETTINGS,
-        foreground_running=1,
-        foreground_waiting=0,
-        others_running=0,
-        background_running=running,
-        foreground_lanes=(Lane.VOICE,),
-        now=now,
-    )
+    assert (
+        _update(BackgroundLimiter(learned(slow)), settings=settings) == 1
+    )  # 2 sequences: 90 ms; 3: 105 ms > 100 ms
 
 
 def test_hysteresis_keeps_running_streams_and_raises_only_clearly() -> None:
@@ -169,15 +136,7 @@ def test_hysteresis_keeps_running_streams_and_raises_only_clearly() -> None:
     model = learned({1: 0.010, 2: 0.014, 3: 0.030, 4: 0.040})
     limiter = BackgroundLimiter(model)
     assert _update(limiter, 1, 1.0) == 1  # the running stream stays (14 <= 15)
-    limiter.update(
-        SETTINGS,
-        foreground_running=0,
-        foreground_waiting=0,
-        others_running=0,
-        background_running=0,
-        foreground_lanes=(),
-        now=2.0,
-    )
+    _update(limiter, 0, 2.0, voice=False)
     # Voice again with no background running: 14 ms is not clearly under 15, so none is let in.
     assert _update(limiter, 0, 3.0) == 0
     assert _update(limiter, 0, 4.0) == 0

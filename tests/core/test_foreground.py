@@ -8,6 +8,7 @@ from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequ
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import GenerateResult
 
 from .fakes import FakeBackend, FakeClock, chat, settle
 from .test_scheduler import spawn
@@ -35,6 +36,13 @@ def _command(text: str, **options: object) -> ChatRequest:
             ChatMessage(role="user", content=text),
         ),
         options=base.options,
+    )
+
+
+async def _voice(scheduler: Scheduler, text: str, **options: object) -> GenerateResult:
+    """Send a voice command and wait for its answer."""
+    return await scheduler.generate(
+        _command(text, tag="voice", **options), lane=Lane.VOICE, requester="v"
     )
 
 
@@ -72,11 +80,7 @@ async def test_preempted_background_resumes_on_its_own_slot() -> None:
     ]
     await settle(8)
     clock.advance(1.0)  # past the settling time of a cancelled slot
-    voice = await scheduler.generate(
-        _command("turn on", tag="voice", answer_tokens=3),
-        lane=Lane.VOICE,
-        requester="v",
-    )
+    voice = await _voice(scheduler, "turn on", answer_tokens=3)
     await asyncio.gather(*jobs)
     assert voice.finished.outcome == "ok"
     preempted = [s for s in backend.streams if s.closed_early]
@@ -158,11 +162,7 @@ async def test_learned_limit_stops_background_slowing_voice() -> None:
             )
         )
         await settle(40)
-    voice = await scheduler.generate(
-        _command("turn on", tag="voice", answer_tokens=20),
-        lane=Lane.VOICE,
-        requester="v",
-    )
+    voice = await _voice(scheduler, "turn on", answer_tokens=20)
     await asyncio.gather(*jobs)
     assert voice.finished.outcome == "ok"
     # Alone, voice's gaps are one pass each.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from homeassistant.config_entries import UpdateListenerType
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import ConfigEntryNotReady
@@ -94,7 +95,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     # before the scheduler closes under them.
     entry.async_on_unload(jobs.async_stop)
 
-    entry.async_on_unload(entry.add_update_listener(async_apply_options))
+    entry.async_on_unload(entry.add_update_listener(_entry_listener(entry)))
     # The server's device first, so the agents' devices can hang off it (via_device).
     entry.runtime_data.device_id = (
         dr.async_get(hass)
@@ -108,16 +109,40 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     return True
 
 
-async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
-    """Apply changed options to the running scheduler, without a reload.
+def _entry_listener(entry: LLMLanesConfigEntry) -> UpdateListenerType:
+    """Follow changes of the entry: options apply live, other changes reload it.
 
-    Subentry changes (agents, AI Task entities) also land here; they need new entities, so the
-    entry reloads when the set of subentries no longer matches the loaded entities.
+    The data (URL, key, model: a reconfigure, a reauth, the model repair) and the subentries
+    (agents, AI Task entities) are what the set-up was built from, so a change of either reloads
+    the entry, once however many changes land together. The flows only store these changes:
+    Home Assistant wants an entry with an update listener to reload from it.
     """
+    loaded_data = dict(entry.data)
+    reloading = False
+
+    async def updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+        nonlocal reloading
+        if reloading:
+            return
+        if (
+            dict(entry.data) != loaded_data
+            or subentry_signature(entry) != entry.runtime_data.subentries
+        ):
+            reloading = True
+            # On the next turn of the loop: a flow stores several changes in one step (the
+            # agents' titles, then the data), each calling this listener at once; the reload
+            # must start after the last of them.
+            hass.loop.call_soon(hass.config_entries.async_schedule_reload, entry.entry_id)
+            return
+        async_apply_options(entry)
+
+    return updated
+
+
+@callback
+def async_apply_options(entry: LLMLanesConfigEntry) -> None:
+    """Apply the entry's options to the running scheduler and jobs, without a reload."""
     runtime = entry.runtime_data
-    if subentry_signature(entry) != runtime.subentries:
-        hass.config_entries.async_schedule_reload(entry.entry_id)
-        return
     runtime.scheduler.update_settings(scheduler_settings(entry, runtime.server))
     runtime.requesters.allow(runtime.scheduler.settings.requester_quotas)
     runtime.jobs.update_settings(

@@ -30,16 +30,8 @@ from .coordinator import ActivityCoordinator, LLMLanesConfigEntry, ServerCoordin
 from .core.backends.base import ServerKind
 from .core.lanes import Lane
 from .core.settings import SchedulerSettings
+from .entry_defaults import SERVER_KIND_NAMES
 from .jobs.manager import JobManager
-
-SERVER_KIND_NAMES: dict[ServerKind, str] = {
-    ServerKind.OLLAMA: "Ollama",
-    ServerKind.LLAMA_CPP: "llama.cpp",
-    ServerKind.VLLM: "vLLM",
-    ServerKind.LM_STUDIO: "LM Studio",
-    ServerKind.LOCALAI: "LocalAI",
-    ServerKind.OPENAI_COMPATIBLE: "OpenAI-compatible server",
-}
 
 
 def server_device_info(entry: LLMLanesConfigEntry) -> DeviceInfo:

@@ -30,8 +30,6 @@ from .const import (
     CONF_MODEL,
     CONF_PROMPT,
     CONF_TEMPERATURE,
-    DEFAULT_AI_TASK_NAME,
-    DEFAULT_CONVERSATION_NAME,
     DEFAULT_NIGHTLY_END,
     DEFAULT_NIGHTLY_START,
     DEFAULT_TEMPERATURE,
@@ -238,17 +236,13 @@ def subentry_schema(
     models: tuple[str, ...],
     current: Mapping[str, Any] | None,
     default_model: str,
+    default_name: str,
 ) -> probatio.Schema:
-    """Build the form of a conversation agent or AI Task entity."""
+    """Build the form of a conversation agent or AI Task entity (``default_name``: a new one's)."""
     values: Mapping[str, Any] = current or {}
     fields: dict[Any, Any] = {}
     if current is None:
-        name = (
-            DEFAULT_CONVERSATION_NAME
-            if subentry_type == SUBENTRY_CONVERSATION
-            else DEFAULT_AI_TASK_NAME
-        )
-        fields[probatio.Required(CONF_NAME, default=name)] = str
+        fields[probatio.Required(CONF_NAME, default=default_name)] = str
     fields[
         probatio.Required(CONF_MODEL, default=values.get(CONF_MODEL, default_model))
     ] = SelectSelector(

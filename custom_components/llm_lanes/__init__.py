@@ -132,7 +132,9 @@ def _entry_listener(entry: LLMLanesConfigEntry) -> UpdateListenerType:
             # On the next turn of the loop: a flow stores several changes in one step (the
             # agents' titles, then the data), each calling this listener at once; the reload
             # must start after the last of them.
-            hass.loop.call_soon(hass.config_entries.async_schedule_reload, entry.entry_id)
+            hass.loop.call_soon(
+                hass.config_entries.async_schedule_reload, entry.entry_id
+            )
             return
         async_apply_options(entry)
 

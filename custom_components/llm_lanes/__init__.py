@@ -23,6 +23,7 @@ from .coordinator import (
 from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
 from .core.settings import SchedulerSettings
+from .dashboard import async_setup_dashboard
 from .entity import server_device_info
 from .jobs.manager import JobManager
 from .jobs.store import JobStore
@@ -45,8 +46,9 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
-    """Register the integration's actions (once, whatever the number of servers)."""
+    """Register the integration's actions and its dashboard (once, whatever the servers)."""
     async_setup_services(hass)
+    await async_setup_dashboard(hass)
     return True
 
 

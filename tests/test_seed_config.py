@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from homeassistant import config_entries
@@ -17,15 +14,7 @@ import pytest
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lib" / "seed_config.py"
-
-
-def _seed_config() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("seed_config", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .support.scripts import load_script
 
 
 def _shape(entry: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +39,7 @@ async def test_develop_seeds_the_entry_the_flow_makes(
     sim_config: SimConfig,
 ) -> None:
     """Title, data and the default agent and AI Task entity are the user flow's."""
-    said = await _seed_config().seed_entry(hass, sim.url)
+    said = await load_script("seed_config").seed_entry(hass, sim.url)
     assert said == f"created llama.cpp on 127.0.0.1 ({sim_config.model}) for {sim.url}"
     seeded = copy.deepcopy(hass_storage[config_entries.STORAGE_KEY]["data"])
     (entry,) = [e for e in seeded["entries"] if e["domain"] == DOMAIN]

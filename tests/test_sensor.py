@@ -43,6 +43,20 @@ from .support.entries import MODEL, async_set_up, server_entry
 from .support.requests import async_generate, async_wait_for, chat
 
 
+def _known_before_restart(
+    hass: HomeAssistant, entry: MockConfigEntry, key: str, object_id: str
+) -> None:
+    """Add the entry and register its sensor ``key`` as a run before a restart left it."""
+    entry.add_to_hass(hass)
+    er.async_get(hass).async_get_or_create(
+        "sensor",
+        DOMAIN,
+        f"{entry.entry_id}_{key}",
+        config_entry=entry,
+        suggested_object_id=object_id,
+    )
+
+
 def _value(hass: HomeAssistant, entry: MockConfigEntry, key: str) -> float:
     return float(state_of(hass, entry, "sensor", key))
 
@@ -221,14 +235,7 @@ async def test_requests_served_restored_after_restart(
     """The total stored before a restart is where the new count starts."""
     hass = ha_core
     entry = mock_config_entry
-    entry.add_to_hass(hass)
-    er.async_get(hass).async_get_or_create(
-        "sensor",
-        DOMAIN,
-        f"{entry.entry_id}_voice_requests_served",
-        config_entry=entry,
-        suggested_object_id="voice_served",
-    )
+    _known_before_restart(hass, entry, "voice_requests_served", "voice_served")
     mock_restore_cache_with_extra_data(
         hass, [(State("sensor.voice_served", "41"), {"native_value": 41})]
     )
@@ -449,14 +456,7 @@ async def test_requester_sensor_restored_after_restart(
     """A requester known before a restart has its sensor back, with its count, before any request."""
     hass = ha_core
     entry = mock_config_entry
-    entry.add_to_hass(hass)
-    er.async_get(hass).async_get_or_create(
-        "sensor",
-        DOMAIN,
-        f"{entry.entry_id}_requester_tokens_job:nightly",
-        config_entry=entry,
-        suggested_object_id="nightly_tokens",
-    )
+    _known_before_restart(hass, entry, "requester_tokens_job:nightly", "nightly_tokens")
     if extra_data is None:
         mock_restore_cache(hass, [State("sensor.nightly_tokens", last_state)])
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-import importlib.util
 import json
 from pathlib import Path
 import re
@@ -22,16 +21,13 @@ import yaml
 
 from custom_components.llm_lanes.core.errors import LanesError
 
+from .support.scripts import load_script
+
 PACKAGE = Path(__file__).resolve().parents[1] / "custom_components" / "llm_lanes"
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lib" / "translations.py"
 
 
 def _translations_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("translations_check", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("translations")
 
 
 def test_translation_files_are_in_step() -> None:

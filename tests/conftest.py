@@ -7,7 +7,9 @@ found.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Iterator
+import logging
+import re
 from unittest.mock import PropertyMock, patch
 
 from homeassistant.config_entries import ConfigEntryState
@@ -35,6 +37,50 @@ ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
 def pytest_configure(config: pytest.Config) -> None:
     """Keep syrupy's snapshots in ``tests/snapshots/`` (not ``__snapshots__`` beside each module)."""
     config.option.snapshot_dirname = "snapshots"
+
+
+USAGE_REPORT = re.compile(
+    r"Detected that (custom )?integration 'llm_lanes'|deprecated.*\bllm_lanes\b"
+)
+"""A Home Assistant log line about our code: its frame helper's ``report_usage`` (deprecations and
+misuse, logged rather than warned for custom integrations), or a deprecation helper naming us."""
+
+
+class UsageReports(logging.Handler):
+    """Collects the log lines in which Home Assistant reports a deprecated or wrong use by us."""
+
+    def __init__(self) -> None:
+        """Collect from WARNING up."""
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the line when it names llm_lanes as the one at fault."""
+        message = record.getMessage()
+        if USAGE_REPORT.search(message):
+            self.lines.append(message)
+
+
+@pytest.fixture(autouse=True)
+def usage_reports() -> Iterator[UsageReports]:
+    """Fail the test in which Home Assistant reports a deprecated (or wrong) use by llm_lanes.
+
+    Home Assistant logs these for a custom integration instead of raising (``report_usage``), so
+    no warning filter sees them. A test that provokes one on purpose clears ``lines``.
+    """
+    reports = UsageReports()
+    root = logging.getLogger()
+    root.addHandler(reports)
+    try:
+        yield reports
+    finally:
+        root.removeHandler(reports)
+    if reports.lines:
+        pytest.fail(
+            "Home Assistant reported a deprecated use by llm_lanes:\n"
+            + "\n".join(reports.lines),
+            pytrace=False,
+        )
 
 
 @pytest.fixture

@@ -9,10 +9,18 @@ from typing import Any
 
 from aiohttp import web
 from homeassistant import config_entries
-from homeassistant.config_entries import ConfigEntryState
-from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
-from homeassistant.core import HomeAssistant
+from homeassistant.config_entries import (
+    SIGNAL_CONFIG_ENTRY_CHANGED,
+    ConfigEntry,
+    ConfigEntryChange,
+    ConfigEntryState,
+)
+from homeassistant.const import ATTR_FRIENDLY_NAME, CONF_API_KEY, CONF_NAME, CONF_URL
+from homeassistant.core import HomeAssistant, callback
 from homeassistant.data_entry_flow import FlowResultType
+from homeassistant.helpers import config_validation as cv, entity_registry as er
+from homeassistant.helpers.dispatcher import async_dispatcher_connect
+import probatio
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -28,7 +36,9 @@ from custom_components.llm_lanes.const import (
 )
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 
+from .support.entities import async_flush_snapshots, async_set_options
 from .support.entries import server_entry
+from .support.requests import async_generate
 
 type Routes = dict[str, Callable[[web.Request], Any]]
 
@@ -94,10 +104,65 @@ async def test_user_flow_creates_entry_with_agents(
     }
     entry = result["result"]
     assert entry.unique_id == f"llama_cpp@127.0.0.1:{sim.port}"
-    assert sorted(s.subentry_type for s in entry.subentries.values()) == [
-        SUBENTRY_AI_TASK,
-        SUBENTRY_CONVERSATION,
+    assert entry.title == f"llama.cpp on 127.0.0.1 ({sim_config.model})"
+    assert sorted((s.subentry_type, s.title) for s in entry.subentries.values()) == [
+        (SUBENTRY_AI_TASK, "llama.cpp on 127.0.0.1 AI Task"),
+        (SUBENTRY_CONVERSATION, "llama.cpp on 127.0.0.1 conversation"),
     ]
+    await hass.async_block_till_done()
+    assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_two_servers_can_be_told_apart(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig
+) -> None:
+    """Two servers of the same kind and model: titles, agents and entity ids all differ.
+
+    Both run on 127.0.0.1 here, so the second one's names carry its port.
+    """
+    async with SimulatedServer(SimConfig(slots=1, model=sim_config.model)) as second:
+        entries = [
+            await _create_entry(hass, url, sim_config.model)
+            for url in (sim.url, second.url)
+        ]
+        assert [entry.title for entry in entries] == [
+            f"llama.cpp on 127.0.0.1 ({sim_config.model})",
+            f"llama.cpp on 127.0.0.1:{second.port} ({sim_config.model})",
+        ]
+        agents = {
+            registry_entry.entity_id
+            for entry in entries
+            for registry_entry in er.async_entries_for_config_entry(
+                er.async_get(hass), entry.entry_id
+            )
+            if registry_entry.domain in {"conversation", "ai_task"}
+        }
+        assert agents == {
+            "ai_task.llama_cpp_on_127_0_0_1_ai_task",
+            f"ai_task.llama_cpp_on_127_0_0_1_{second.port}_ai_task",
+            "conversation.llama_cpp_on_127_0_0_1_conversation",
+            f"conversation.llama_cpp_on_127_0_0_1_{second.port}_conversation",
+        }
+        goodput = {
+            state.entity_id
+            for state in hass.states.async_all("sensor")
+            if state.entity_id.endswith("_goodput")
+        }
+        assert goodput == {
+            "sensor.llama_cpp_on_127_0_0_1_sim_llama_8b_goodput",
+            f"sensor.llama_cpp_on_127_0_0_1_{second.port}_sim_llama_8b_goodput",
+        }
+
+        # An agent added later is named after its server too.
+        result = await hass.config_entries.subentries.async_init(
+            (entries[1].entry_id, SUBENTRY_CONVERSATION),
+            context={"source": config_entries.SOURCE_USER},
+        )
+        name = next(key for key in result["data_schema"].schema if key == CONF_NAME)
+        assert name.default() == f"llama.cpp on 127.0.0.1:{second.port} conversation"
+        for entry in entries:
+            assert await hass.config_entries.async_unload(entry.entry_id)
 
 
 @pytest.mark.usefixtures("ha_core")
@@ -146,11 +211,12 @@ async def test_user_flow_errors_then_recovers(
     )
 
     flow_id = await _start_user_flow(hass)
+    closed = f"http://127.0.0.1:{_closed_port()}"
     cases = [
         ({CONF_URL: "not a url"}, {CONF_URL: "invalid_url"}),
         ({CONF_URL: "ftp://example.org"}, {CONF_URL: "invalid_url"}),
         ({CONF_URL: "http://[broken"}, {CONF_URL: "invalid_url"}),
-        ({CONF_URL: f"http://127.0.0.1:{_closed_port()}"}, {"base": "cannot_connect"}),
+        ({CONF_URL: closed + "/"}, {"base": "cannot_connect"}),
         ({CONF_URL: unsupported}, {"base": "unsupported_server"}),
         ({CONF_URL: auth, CONF_API_KEY: "wrong"}, {"base": "invalid_auth"}),
         ({CONF_URL: empty}, {"base": "no_models"}),
@@ -159,6 +225,9 @@ async def test_user_flow_errors_then_recovers(
         result = await hass.config_entries.flow.async_configure(flow_id, user_input)
         assert result["type"] is FlowResultType.FORM, user_input
         assert result["errors"] == errors, user_input
+        if errors == {"base": "cannot_connect"}:
+            # The error names the URL tried (and says what to check there).
+            assert result["description_placeholders"] == {CONF_URL: closed}
 
     result = await hass.config_entries.flow.async_configure(
         flow_id, {CONF_URL: sim.url}
@@ -185,37 +254,31 @@ async def test_same_server_aborts(
 
 
 @pytest.mark.usefixtures("ha_core")
-async def test_reconfigure(
-    hass: HomeAssistant,
-    mock_config_entry: MockConfigEntry,
-    sim: SimulatedServer,
-    http_server: Callable[[Routes], Any],
+async def test_reconfigure_changes_the_key(
+    hass: HomeAssistant, mock_config_entry: MockConfigEntry, sim: SimulatedServer
 ) -> None:
-    """Reconfigure keeps the server, changes the key; another server or a bad URL is refused."""
+    """Reconfigure sets and removes the key of the same server; a bad URL shows its error.
+
+    The entry is not loaded, so the flow itself has it set up with the new data.
+    """
     mock_config_entry.add_to_hass(hass)
     result = await mock_config_entry.start_reconfigure_flow(hass)
     assert result["type"] is FlowResultType.FORM
     assert result["step_id"] == "reconfigure"
+    assert result["description_placeholders"]["kind"] == "llama.cpp"
 
     result = await hass.config_entries.flow.async_configure(
         result["flow_id"], {CONF_URL: "nope"}
     )
     assert result["errors"] == {CONF_URL: "invalid_url"}
-
-    async with SimulatedServer(SimConfig(slots=1)) as other:
-        result = await hass.config_entries.flow.async_configure(
-            result["flow_id"], {CONF_URL: other.url}
-        )
-    assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "wrong_server"
-
-    result = await mock_config_entry.start_reconfigure_flow(hass)
     result = await hass.config_entries.flow.async_configure(
         result["flow_id"], {CONF_URL: sim.url, CONF_API_KEY: "k"}
     )
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "reconfigure_successful"
     assert mock_config_entry.data[CONF_API_KEY] == "k"
+    await hass.async_block_till_done()
+    assert mock_config_entry.state is ConfigEntryState.LOADED
 
     result = await mock_config_entry.start_reconfigure_flow(hass)
     result = await hass.config_entries.flow.async_configure(
@@ -223,6 +286,152 @@ async def test_reconfigure(
     )
     assert result["reason"] == "reconfigure_successful"
     assert CONF_API_KEY not in mock_config_entry.data
+    await hass.async_block_till_done()
+    assert mock_config_entry.runtime_data.backend.base_url == sim.url
+    assert await hass.config_entries.async_unload(mock_config_entry.entry_id)
+
+
+def _reloads(hass: HomeAssistant, entry: MockConfigEntry) -> list[ConfigEntryState]:
+    """Record the states the entry goes through from now on (one NOT_LOADED per reload)."""
+    states: list[ConfigEntryState] = []
+
+    @callback
+    def changed(change: ConfigEntryChange, changed_entry: ConfigEntry) -> None:
+        if changed_entry.entry_id == entry.entry_id and (
+            not states or states[-1] is not changed_entry.state
+        ):
+            states.append(changed_entry.state)
+
+    async_dispatcher_connect(hass, SIGNAL_CONFIG_ENTRY_CHANGED, changed)
+    return states
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_reconfigure_moves_the_server(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig
+) -> None:
+    """A server at a new address keeps its entry, agents and entities; default names follow it.
+
+    Tests may only reach 127.0.0.1, so the server moves to another port there; a neighbour on
+    the same host makes the names carry the port.
+    """
+    model = sim_config.model
+    async with (
+        SimulatedServer(SimConfig(slots=1, model="neighbour")) as neighbour,
+        SimulatedServer(SimConfig(slots=2, speed=50.0, model=model)) as moved,
+    ):
+        neighbour_entry = await _create_entry(hass, neighbour.url, "neighbour")
+        assert neighbour_entry.title == "llama.cpp on 127.0.0.1 (neighbour)"
+        entry = await _create_entry(hass, sim.url, model)
+        assert entry.title == f"llama.cpp on 127.0.0.1:{sim.port} ({model})"
+        entity_ids = _entity_ids(hass, entry)
+        subentry_ids = set(entry.subentries)
+        # The AI Task entity the user renamed keeps its name.
+        renamed = next(
+            s for s in entry.subentries.values() if s.subentry_type == SUBENTRY_AI_TASK
+        )
+        hass.config_entries.async_update_subentry(entry, renamed, title="Kitchen tasks")
+        await hass.async_block_till_done()
+        states = _reloads(hass, entry)
+
+        result = await _start_reconfigure_flow(hass, entry)
+        result = await hass.config_entries.flow.async_configure(
+            result["flow_id"], {CONF_URL: moved.url}
+        )
+        assert result["type"] is FlowResultType.ABORT
+        assert result["reason"] == "reconfigure_successful"
+        await hass.async_block_till_done()
+        assert entry.data[CONF_URL] == moved.url
+        assert entry.unique_id == f"llama_cpp@127.0.0.1:{moved.port}"
+        assert entry.title == f"llama.cpp on 127.0.0.1:{moved.port} ({model})"
+        assert set(entry.subentries) == subentry_ids
+        assert {s.title for s in entry.subentries.values()} == {
+            f"llama.cpp on 127.0.0.1:{moved.port} conversation",
+            "Kitchen tasks",
+        }
+        # Reloaded once, from the update listener, for the three changes.
+        assert states.count(ConfigEntryState.NOT_LOADED) == 1
+        assert states[-1] is ConfigEntryState.LOADED
+        assert entry.runtime_data.backend.base_url == moved.url
+        assert entry.runtime_data.server.last_update_success
+        assert _entity_ids(hass, entry) == entity_ids
+
+        # The old address is free again: a new entry for it is no duplicate.
+        flow_id = await _start_user_flow(hass)
+        result = await hass.config_entries.flow.async_configure(
+            flow_id, {CONF_URL: sim.url}
+        )
+        assert result["step_id"] == "model"
+        for loaded in (entry, neighbour_entry):
+            assert await hass.config_entries.async_unload(loaded.entry_id)
+
+
+def _entity_ids(hass: HomeAssistant, entry: ConfigEntry) -> set[str]:
+    return {
+        registry_entry.entity_id
+        for registry_entry in er.async_entries_for_config_entry(
+            er.async_get(hass), entry.entry_id
+        )
+    }
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_reconfigure_refuses_another_kind_or_a_configured_server(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig
+) -> None:
+    """An Ollama at the new address is not this llama.cpp; another entry's server is taken."""
+    entry = await _create_entry(hass, sim.url, sim_config.model)
+    async with (
+        SimulatedServer(SimConfig(kind="ollama")) as ollama,
+        SimulatedServer(SimConfig(slots=1)) as other,
+    ):
+        other_entry = await _create_entry(hass, other.url, sim_config.model)
+        result = await _start_reconfigure_flow(hass, entry)
+        result = await hass.config_entries.flow.async_configure(
+            result["flow_id"], {CONF_URL: ollama.url}
+        )
+        assert result["type"] is FlowResultType.FORM
+        assert result["errors"] == {"base": "wrong_server_kind"}
+        assert result["description_placeholders"] == {
+            CONF_URL: ollama.url,
+            "kind": "llama.cpp",
+            "found": "Ollama",
+        }
+
+        result = await hass.config_entries.flow.async_configure(
+            result["flow_id"], {CONF_URL: other.url}
+        )
+        assert result["type"] is FlowResultType.ABORT
+        assert result["reason"] == "already_configured"
+        assert entry.data[CONF_URL] == sim.url
+        for loaded in (entry, other_entry):
+            assert await hass.config_entries.async_unload(loaded.entry_id)
+
+
+async def _start_reconfigure_flow(
+    hass: HomeAssistant, entry: ConfigEntry
+) -> config_entries.ConfigFlowResult:
+    return await hass.config_entries.flow.async_init(
+        DOMAIN,
+        context={
+            "source": config_entries.SOURCE_RECONFIGURE,
+            "entry_id": entry.entry_id,
+        },
+    )
+
+
+async def _create_entry(hass: HomeAssistant, url: str, model: str) -> ConfigEntry:
+    """Add the server at ``url`` through the user flow (it is set up); return its entry."""
+    flow_id = await _start_user_flow(hass)
+    await hass.config_entries.flow.async_configure(flow_id, {CONF_URL: url})
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_MODEL: model}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    await hass.async_block_till_done()
+    entry: ConfigEntry = result["result"]
+    assert entry.state is ConfigEntryState.LOADED
+    return entry
 
 
 async def test_options_flow(
@@ -260,15 +469,15 @@ async def test_options_flow(
         "policy": "fifo",
         "max_sequences": 3,
         "prefill_budget": 2048,
-        "headroom": 1,
+        "headroom": 3,
         "aging_s": 20,
-        "background_share": 0.2,
+        "background_share": 20,
         "preemption": False,
         "prefill_guard_tokens": 256,
         "background_with_voice": 1,
         "background_paused": True,
         "quota_tokens_per_day": 1000,
-        "requester_quotas": "bad line",
+        "requester_quotas": [{"requester": "user:abc", "tokens": 500}],
         "quota_action": "reject",
         "nightly_start": "02:00:00",
         "nightly_end": "05:00:00",
@@ -279,13 +488,30 @@ async def test_options_flow(
             "max_queued": 5,
         },
     }
+    # Headroom must leave automations a slot: the form says so and nothing is stored.
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], user_input
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["errors"] == {"headroom": "headroom_not_below_max_sequences"}
+    assert "max_sequences" not in entry.options
+    # What the user sent stays in the form (the share in percent).
+    shown = {str(key): key for key in result["data_schema"].schema}
+    assert shown["headroom"].default() == 3
+    assert shown["background_share"].default() == 20
+
+    user_input["headroom"] = 1
+    user_input["requester_quotas"] = [{"requester": "Alice's phone", "tokens": 500}]
     result = await hass.config_entries.options.async_configure(
         result["flow_id"], user_input
     )
     assert result["type"] is FlowResultType.FORM
     assert result["errors"] == {"requester_quotas": "invalid_quotas"}
 
-    user_input["requester_quotas"] = "user:abc=500"
+    user_input["requester_quotas"] = [
+        {"requester": "user:abc", "tokens": 500},
+        {"requester": "job:digest", "tokens": 2000.0},
+    ]
     result = await hass.config_entries.options.async_configure(
         result["flow_id"], user_input
     )
@@ -293,15 +519,78 @@ async def test_options_flow(
     await hass.async_block_till_done()
     assert entry.options["max_sequences"] == 3
     assert entry.options["voice"]["max_queued"] == 5
+    # Stored as the scheduler and the number entity use them.
+    assert entry.options["background_share"] == 0.2
+    assert entry.options["requester_quotas"] == "user:abc=500\njob:digest=2000"
     assert entry.runtime_data.scheduler is scheduler  # applied live, no reload
     settings = scheduler.settings
     assert settings.max_sequences == 3
+    assert settings.headroom == 1
     assert settings.policy.value == "fifo"
     assert settings.background_paused is True
-    assert settings.requester_quotas == {"user:abc": 500}
+    assert settings.background_share == 0.2
+    assert settings.requester_quotas == {"user:abc": 500, "job:digest": 2000}
     assert settings.prefill_guard_tokens == 256
     assert settings.background_with_voice == 1
     assert settings.lanes[0].ttft_slo_s == 0.4
+
+    # Opened again, the form shows the share in percent and the quotas as rows.
+    result = await hass.config_entries.options.async_init(entry.entry_id)
+    shown = {str(key): key for key in result["data_schema"].schema}
+    assert shown["background_share"].default() == 20
+    assert shown["requester_quotas"].description["suggested_value"] == [
+        {"requester": "user:abc", "tokens": 500},
+        {"requester": "job:digest", "tokens": 2000},
+    ]
+    # Removing every row removes every quota.
+    del user_input["requester_quotas"]
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], user_input
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    await hass.async_block_till_done()
+    assert scheduler.settings.requester_quotas == {}
+
+
+async def test_quota_picker_offers_known_requesters_by_name(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
+    """People, the requesters the server charged and those with a quota, by their names."""
+    entry = init_integration
+    alice = await hass.auth.async_create_user("Alice")
+    hass.states.async_set(
+        "automation.morning", "on", {ATTR_FRIENDLY_NAME: "Morning briefing"}
+    )
+    await async_generate(entry, requester="automation:automation.morning")
+    await async_generate(entry, requester="job:nightly_digest")
+    await async_set_options(hass, entry, requester_quotas="ai_task=100")
+    await async_flush_snapshots(hass)
+
+    result = await hass.config_entries.options.async_init(entry.entry_id)
+    schema = result["data_schema"].schema
+    quotas = next(
+        selector for key, selector in schema.items() if key == "requester_quotas"
+    )
+    picker = quotas.config["fields"]["requester"]["selector"]
+    offered = {option["value"]: option["label"] for option in picker.config["options"]}
+    assert offered == {
+        f"user:{alice.id}": "Alice (user)",
+        "automation:automation.morning": "Morning briefing (automation)",
+        "job:nightly_digest": "nightly_digest (job)",
+        "ai_task": "AI Task",
+    }
+    # Someone else may still be typed in.
+    assert picker.config["custom_value"] is True
+    # What the frontend receives: an object selector whose rows hold the picker and an amount.
+    fields = probatio.to_field_list(schema, custom_serializer=cv.custom_serializer)
+    (field,) = [field for field in fields if field["name"] == "requester_quotas"]
+    rows = field["selector"]["object"]
+    assert rows["multiple"] is True
+    assert rows["fields"]["requester"]["selector"]["select"]["options"][0] == {
+        "value": "ai_task",
+        "label": "AI Task",
+    }
+    assert rows["fields"]["tokens"]["selector"]["number"]["min"] == 0
 
 
 async def test_subentry_flows(

@@ -6,9 +6,10 @@ yet, so every state is what a new installation shows.
 
 from __future__ import annotations
 
+from typing import Any
 from unittest.mock import patch
 
-from homeassistant.const import Platform
+from homeassistant.const import CONF_URL, Platform
 from homeassistant.core import HomeAssistant, State
 from homeassistant.helpers import entity_registry as er
 import pytest
@@ -53,7 +54,18 @@ async def test_platform_entities(
                 )
             ],
         )
+    # The simulated server listens on a free port, which the Server URL sensor shows.
+    url = entry.data[CONF_URL]
+
+    def same_url(*, data: Any, path: Any) -> Any:
+        return "http://127.0.0.1:<sim port>" if data == url else data
+
     with patch("custom_components.llm_lanes.PLATFORMS", [platform]):
         assert await hass.config_entries.async_setup(entry.entry_id)
         await hass.async_block_till_done()
-        await snapshot_platform(hass, entity_registry, snapshot, entry.entry_id)
+        await snapshot_platform(
+            hass,
+            entity_registry,
+            snapshot.with_defaults(matcher=same_url),
+            entry.entry_id,
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from homeassistant.config_entries import UpdateListenerType
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.exceptions import ConfigEntryNotReady
@@ -23,6 +24,7 @@ from .coordinator import (
 from .core.backends.base import ServerKind
 from .core.scheduler import Scheduler
 from .core.settings import SchedulerSettings
+from .dashboard import async_setup_dashboard
 from .entity import server_device_info
 from .gateway import async_register_gateway
 from .gateway.clients import client_quotas
@@ -47,8 +49,9 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
-    """Register the actions and the gateway's endpoints (once, whatever the number of servers)."""
+    """Register the actions, the dashboard and the gateway's endpoints (once, whatever the servers)."""
     async_setup_services(hass)
+    await async_setup_dashboard(hass)
     async_register_gateway(hass)
     return True
 
@@ -98,7 +101,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     # before the scheduler closes under them.
     entry.async_on_unload(jobs.async_stop)
 
-    entry.async_on_unload(entry.add_update_listener(async_apply_options))
+    entry.async_on_unload(entry.add_update_listener(_entry_listener(entry)))
     # The server's device first, so the agents' devices can hang off it (via_device).
     entry.runtime_data.device_id = (
         dr.async_get(hass)
@@ -112,17 +115,44 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     return True
 
 
-async def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
-    """Apply changed options to the running scheduler, without a reload.
+def _entry_listener(entry: LLMLanesConfigEntry) -> UpdateListenerType:
+    """Follow changes of the entry: options apply live, other changes reload it.
 
-    Subentry changes also land here. Agents and AI Task entities need new entities, so the
-    entry reloads when they no longer match the loaded entities; gateway clients need none
-    (their keys are looked up per request, their quotas are scheduler settings).
+    The data (URL, key, model: a reconfigure, a reauth, the model repair) and the subentries
+    (agents, AI Task entities) are what the set-up was built from, so a change of either reloads
+    the entry, once however many changes land together. The flows only store these changes:
+    Home Assistant wants an entry with an update listener to reload from it.
+    Gateway clients are not among those subentries: they need no entities (their keys are looked
+    up per request, their quotas are scheduler settings).
     """
+    loaded_data = dict(entry.data)
+    reloading = False
+
+    async def updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+        nonlocal reloading
+        if reloading:
+            return
+        if (
+            dict(entry.data) != loaded_data
+            or subentry_signature(entry) != entry.runtime_data.subentries
+        ):
+            reloading = True
+            # On the next turn of the loop: a flow stores several changes in one step (the
+            # agents' titles, then the data), each calling this listener at once; the reload
+            # must start after the last of them.
+            hass.loop.call_soon(
+                hass.config_entries.async_schedule_reload, entry.entry_id
+            )
+            return
+        async_apply_options(entry)
+
+    return updated
+
+
+@callback
+def async_apply_options(entry: LLMLanesConfigEntry) -> None:
+    """Apply the entry's options to the running scheduler and jobs, without a reload."""
     runtime = entry.runtime_data
-    if subentry_signature(entry) != runtime.subentries:
-        hass.config_entries.async_schedule_reload(entry.entry_id)
-        return
     runtime.scheduler.update_settings(scheduler_settings(entry, runtime.server))
     runtime.requesters.allow(runtime.scheduler.settings.requester_quotas)
     runtime.jobs.update_settings(

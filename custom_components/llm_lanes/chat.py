@@ -45,7 +45,7 @@ def chat_message(content: conversation.Content) -> ChatMessage:
     if isinstance(content, conversation.ToolResultContent):
         return ChatMessage(
             role="tool",
-            content=json.dumps(content.tool_result),
+            content=json.dumps(content.result.data),
             tool_call_id=content.tool_call_id,
             name=content.tool_name,
         )

@@ -16,8 +16,7 @@ from homeassistant.config_entries import (
     SubentryFlowResult,
 )
 from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
-from homeassistant.core import callback
-from homeassistant.helpers import llm
+from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.selector import (
     SelectOptionDict,
@@ -42,20 +41,29 @@ from .const import (
     CONF_KIND,
     CONF_MODEL,
     CONF_ROTATE_KEY,
-    DEFAULT_AI_TASK_NAME,
-    DEFAULT_CONVERSATION_NAME,
     DOMAIN,
     LOGGER,
+    OPT_REQUESTER_QUOTAS,
     SUBENTRY_AI_TASK,
     SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
 )
 from .core.backends.base import ServerKind
 from .core.errors import AuthError, BackendError
-from .entity import SERVER_KIND_NAMES
+from .entry_defaults import (
+    SERVER_KIND_NAMES,
+    SUBENTRY_NAME_SUFFIXES,
+    default_names,
+    default_subentries,
+    entry_title,
+    server_name,
+    subentry_name,
+)
 from .flow_schemas import (
+    async_quota_requesters,
     client_data,
     client_schema,
+    options_errors,
     options_schema,
     options_to_store,
     subentry_schema,
@@ -91,6 +99,15 @@ def model_selector(models: tuple[str, ...]) -> SelectSelector:
             sort=True,
         )
     )
+
+
+def other_server_urls(hass: HomeAssistant, entry_id: str | None = None) -> list[str]:
+    """Return the URLs of the servers but ``entry_id`` (names show the port on a shared host)."""
+    return [
+        other.data[CONF_URL]
+        for other in hass.config_entries.async_entries(DOMAIN, include_ignore=False)
+        if other.entry_id != entry_id and CONF_URL in other.data
+    ]
 
 
 class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
@@ -146,6 +163,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 STEP_USER_SCHEMA, user_input
             ),
             errors=errors,
+            description_placeholders={CONF_URL: self._url},
         )
 
     async def async_step_model(
@@ -163,26 +181,13 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             }
             if self._api_key:
                 data[CONF_API_KEY] = self._api_key
+            name = server_name(
+                self._probed.kind, self._url, other_server_urls(self.hass)
+            )
             return self.async_create_entry(
-                title=f"{SERVER_KIND_NAMES[self._probed.kind]} ({model})",
+                title=entry_title(name, model),
                 data=data,
-                subentries=[
-                    {
-                        "subentry_type": SUBENTRY_CONVERSATION,
-                        "data": {
-                            CONF_MODEL: model,
-                            "llm_hass_api": [llm.LLM_API_ASSIST],
-                        },
-                        "title": DEFAULT_CONVERSATION_NAME,
-                        "unique_id": None,
-                    },
-                    {
-                        "subentry_type": SUBENTRY_AI_TASK,
-                        "data": {CONF_MODEL: model},
-                        "title": DEFAULT_AI_TASK_NAME,
-                        "unique_id": None,
-                    },
-                ],
+                subentries=default_subentries(name, model),
             )
         default = info.loaded_models[0] if info.loaded_models else info.models[0]
         return self.async_show_form(
@@ -203,30 +208,99 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     async def async_step_reconfigure(
         self, user_input: dict[str, Any] | None = None
     ) -> ConfigFlowResult:
-        """Change the URL or API key of the same server."""
+        """Change the URL or API key: the same server, or the same kind of server moved elsewhere.
+
+        A server that moved keeps its entry (agents, sensors, history): the new address must lead
+        to a server of the same kind that no other entry has. Titles that are the defaults of the
+        old address follow the new one.
+        """
         entry = self._get_reconfigure_entry()
+        kind = ServerKind(entry.data[CONF_KIND])
         errors: dict[str, str] = {}
+        placeholders = {
+            CONF_URL: entry.data[CONF_URL],
+            "kind": SERVER_KIND_NAMES[kind],
+            "found": "",
+        }
         if user_input is not None:
             probed, errors = await self._async_probe(user_input)
-            if probed is not None:
+            placeholders[CONF_URL] = self._url or user_input[CONF_URL]
+            if probed is not None and probed.kind is not kind:
+                errors = {"base": "wrong_server_kind"}
+                placeholders["found"] = SERVER_KIND_NAMES[probed.kind]
+            elif probed is not None:
                 await self.async_set_unique_id(probed.info.unique_id)
-                self._abort_if_unique_id_mismatch(reason="wrong_server")
-                data = {
-                    **entry.data,
-                    CONF_URL: self._url,
-                    CONF_KIND: probed.kind.value,
-                }
+                if probed.info.unique_id != entry.unique_id:
+                    self._abort_if_unique_id_configured()
+                data = {**entry.data, CONF_URL: self._url}
                 data.pop(CONF_API_KEY, None)
                 if self._api_key:
                     data[CONF_API_KEY] = self._api_key
-                return self.async_update_reload_and_abort(entry, data=data)
+                self._async_rename_defaults(entry, self._url)
+                return self._async_store(
+                    entry,
+                    unique_id=probed.info.unique_id,
+                    title=self._moved_title(entry, self._url),
+                    data=data,
+                )
         return self.async_show_form(
             step_id="reconfigure",
             data_schema=self.add_suggested_values_to_schema(
                 STEP_USER_SCHEMA, user_input or {CONF_URL: entry.data[CONF_URL]}
             ),
             errors=errors,
+            description_placeholders=placeholders,
         )
+
+    def _moved_title(self, entry: ConfigEntry, url: str) -> str:
+        """Return the entry's title at ``url``: the new default in place of the old, or its own."""
+        kind = ServerKind(entry.data[CONF_KIND])
+        model = entry.data[CONF_MODEL]
+        old = default_names(kind, entry.data[CONF_URL])
+        if entry.title not in {entry_title(name, model) for name in old}:
+            return entry.title
+        return entry_title(
+            server_name(kind, url, other_server_urls(self.hass, entry.entry_id)), model
+        )
+
+    @callback
+    def _async_rename_defaults(self, entry: ConfigEntry, url: str) -> None:
+        """Give the agents and AI Task entities named after the old address the new name."""
+        kind = ServerKind(entry.data[CONF_KIND])
+        old = default_names(kind, entry.data[CONF_URL])
+        new = server_name(kind, url, other_server_urls(self.hass, entry.entry_id))
+        for subentry in entry.subentries.values():
+            if subentry.subentry_type not in SUBENTRY_NAME_SUFFIXES:
+                continue
+            if subentry.title in {
+                subentry_name(subentry.subentry_type, name) for name in old
+            }:
+                self.hass.config_entries.async_update_subentry(
+                    entry, subentry, title=subentry_name(subentry.subentry_type, new)
+                )
+
+    @callback
+    def _async_store(
+        self,
+        entry: ConfigEntry,
+        *,
+        data: Mapping[str, Any],
+        unique_id: str | None = None,
+        title: str | None = None,
+    ) -> ConfigFlowResult:
+        """Store the entry's new data and finish; the entry then reloads with it.
+
+        A loaded entry reloads from its update listener (Home Assistant wants the listener to do
+        it when there is one); an entry that is not loaded has none, so this flow reloads it.
+        """
+        changes: dict[str, Any] = {"data": data}
+        if unique_id is not None:
+            changes["unique_id"] = unique_id
+        if title is not None:
+            changes["title"] = title
+        if entry.update_listeners:
+            return self.async_update_and_abort(entry, **changes)
+        return self.async_update_reload_and_abort(entry, **changes)
 
     async def async_step_reauth(
         self, entry_data: Mapping[str, Any]
@@ -264,7 +338,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 }
                 if api_key:
                     data[CONF_API_KEY] = api_key
-                return self.async_update_reload_and_abort(entry, data=data)
+                return self._async_store(entry, data=data)
         return self.async_show_form(
             step_id="reauth_confirm",
             data_schema=STEP_REAUTH_SCHEMA,
@@ -300,22 +374,29 @@ class LLMLanesOptionsFlow(OptionsFlow):
     async def async_step_init(
         self, user_input: dict[str, Any] | None = None
     ) -> ConfigFlowResult:
-        """Show the scheduler settings, lane objectives and limits in sections."""
+        """Show the scheduler settings, lane objectives and limits in sections.
+
+        Settings that contradict each other show an error and store nothing.
+        """
         errors: dict[str, str] = {}
         if user_input is not None:
+            errors = options_errors(user_input)
             try:
                 options = options_to_store(self.config_entry.options, user_input)
             except ValueError:
-                errors["requester_quotas"] = "invalid_quotas"
-            else:
+                errors[OPT_REQUESTER_QUOTAS] = "invalid_quotas"
+            if not errors:
                 return self.async_create_entry(data=options)
         slots = None
         if self.config_entry.state is ConfigEntryState.LOADED:
             server = self.config_entry.runtime_data.server
             slots = server.data.info.slots if server.data is not None else None
+        requesters = await async_quota_requesters(self.hass, self.config_entry)
         return self.async_show_form(
             step_id="init",
-            data_schema=options_schema(self.config_entry.options, slots, user_input),
+            data_schema=options_schema(
+                self.config_entry.options, slots, user_input, requesters
+            ),
             errors=errors,
         )
 
@@ -354,6 +435,11 @@ class LLMLanesSubentryFlow(ConfigSubentryFlow):
             )
         server = entry.runtime_data.server
         models = server.data.info.models if server.data is not None else ()
+        name = server_name(
+            ServerKind(entry.data[CONF_KIND]),
+            entry.data[CONF_URL],
+            other_server_urls(self.hass, entry.entry_id),
+        )
         return self.async_show_form(
             step_id="user" if current is None else "reconfigure",
             data_schema=subentry_schema(
@@ -362,6 +448,7 @@ class LLMLanesSubentryFlow(ConfigSubentryFlow):
                 models=models or (entry.data[CONF_MODEL],),
                 current=current,
                 default_model=entry.data[CONF_MODEL],
+                default_name=subentry_name(self._subentry_type, name),
             ),
         )
 

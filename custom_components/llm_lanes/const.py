@@ -75,8 +75,6 @@ SUBENTRY_AI_TASK: Final = "ai_task_data"
 CONF_PROMPT: Final = "prompt"
 CONF_LLM_HASS_API: Final = "llm_hass_api"
 CONF_TEMPERATURE: Final = "temperature"
-DEFAULT_CONVERSATION_NAME: Final = "LLM Lanes conversation"
-DEFAULT_AI_TASK_NAME: Final = "LLM Lanes AI Task"
 DEFAULT_TEMPERATURE: Final = 0.7
 
 # Client subentries: apps outside Home Assistant that reach the server through the gateway.

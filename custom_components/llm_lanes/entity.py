@@ -23,6 +23,7 @@ from homeassistant.helpers.update_coordinator import (
     CoordinatorEntity,
     DataUpdateCoordinator,
 )
+from yarl import URL
 
 from .chat import async_run_chat_log
 from .const import CONF_KIND, CONF_MODEL, DOMAIN
@@ -30,16 +31,13 @@ from .coordinator import ActivityCoordinator, LLMLanesConfigEntry, ServerCoordin
 from .core.backends.base import ServerKind
 from .core.lanes import Lane
 from .core.settings import SchedulerSettings
+from .entry_defaults import SERVER_KIND_NAMES
 from .jobs.manager import JobManager
 
-SERVER_KIND_NAMES: dict[ServerKind, str] = {
-    ServerKind.OLLAMA: "Ollama",
-    ServerKind.LLAMA_CPP: "llama.cpp",
-    ServerKind.VLLM: "vLLM",
-    ServerKind.LM_STUDIO: "LM Studio",
-    ServerKind.LOCALAI: "LocalAI",
-    ServerKind.OPENAI_COMPATIBLE: "OpenAI-compatible server",
-}
+
+def server_url(entry: LLMLanesConfigEntry) -> str:
+    """Return the server's URL as the household may see it: without a user or password."""
+    return str(URL(entry.data[CONF_URL]).with_user(None))
 
 
 def server_device_info(entry: LLMLanesConfigEntry) -> DeviceInfo:
@@ -53,7 +51,7 @@ def server_device_info(entry: LLMLanesConfigEntry) -> DeviceInfo:
         manufacturer=SERVER_KIND_NAMES[kind],
         model=entry.data[CONF_MODEL],
         sw_version=version,
-        configuration_url=entry.data[CONF_URL],
+        configuration_url=server_url(entry),
     )
 
 

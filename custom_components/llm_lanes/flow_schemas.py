@@ -1,11 +1,18 @@
-"""Form schemas of the options flow and the subentry flows (agents, AI Task entities, clients)."""
+"""Form schemas of the options flow and the subentry flows (agents, AI Task entities, clients).
+
+The options form shows some settings as a household thinks of them and stores them as the
+scheduler uses them: the background share in percent (stored as a fraction, as the number entity
+does), the requester quotas as rows of a known requester (by name) and a token amount (stored as
+``requester=tokens`` lines).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from homeassistant.const import CONF_NAME
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.const import CONF_NAME, PERCENTAGE
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import section
 from homeassistant.helpers import llm
@@ -14,13 +21,13 @@ from homeassistant.helpers.selector import (
     NumberSelector,
     NumberSelectorConfig,
     NumberSelectorMode,
+    ObjectSelector,
+    ObjectSelectorConfig,
     SelectOptionDict,
     SelectSelector,
     SelectSelectorConfig,
     SelectSelectorMode,
     TemplateSelector,
-    TextSelector,
-    TextSelectorConfig,
     TimeSelector,
 )
 import probatio
@@ -34,9 +41,7 @@ from .const import (
     CONF_QUOTA_TOKENS_PER_DAY,
     CONF_ROTATE_KEY,
     CONF_TEMPERATURE,
-    DEFAULT_AI_TASK_NAME,
     DEFAULT_CLIENT_NAME,
-    DEFAULT_CONVERSATION_NAME,
     DEFAULT_NIGHTLY_END,
     DEFAULT_NIGHTLY_START,
     DEFAULT_TEMPERATURE,
@@ -62,13 +67,26 @@ from .const import (
     OPT_REQUESTER_QUOTAS,
     SUBENTRY_CONVERSATION,
 )
+from .coordinator import LLMLanesConfigEntry
 from .core.lanes import Lane
 from .core.settings import Policy, QuotaAction
+from .requesters import (
+    async_requester_name,
+    is_requester_id,
+    requesters_with_sensors,
+    user_requester,
+)
 from .settings_options import (
+    fraction_of_percent,
     job_settings_from_options,
     parse_requester_quotas,
+    percent_of_fraction,
     settings_from_options,
 )
+
+QUOTA_REQUESTER = "requester"
+QUOTA_TOKENS = "tokens"
+"""The fields of one row of the requester quotas."""
 
 
 def _number(
@@ -100,12 +118,100 @@ LANE_LIMIT_SELECTORS: dict[str, NumberSelector] = {
 }
 
 
+async def async_quota_requesters(
+    hass: HomeAssistant, entry: LLMLanesConfigEntry
+) -> list[SelectOptionDict]:
+    """Offer the requesters a quota may name, by the names the household knows them by.
+
+    The people of Home Assistant, every requester the server has charged (a token sensor, or the
+    running scheduler's statistics) and those the options already give a quota.
+    """
+    known = set(requesters_with_sensors(hass, entry.entry_id))
+    known.update(parse_requester_quotas(entry.options.get(OPT_REQUESTER_QUOTAS, "")))
+    known.update(
+        user_requester(user.id)
+        for user in await hass.auth.async_get_users()
+        if user.is_active and not user.system_generated
+    )
+    if entry.state is ConfigEntryState.LOADED:
+        known.update(entry.runtime_data.scheduler.snapshot().requesters)
+    offered: list[SelectOptionDict] = []
+    for requester in known:
+        name = await async_requester_name(hass, requester)
+        kind, sep, _ = requester.partition(":")
+        label = f"{name} ({kind})" if sep and name != requester else name
+        offered.append(SelectOptionDict(value=requester, label=label))
+    return sorted(offered, key=lambda option: option["label"].casefold())
+
+
+def quota_rows(text: str) -> list[dict[str, Any]]:
+    """Show stored ``requester=tokens`` lines as rows of the quota picker."""
+    return [
+        {QUOTA_REQUESTER: requester, QUOTA_TOKENS: tokens}
+        for requester, tokens in parse_requester_quotas(text).items()
+    ]
+
+
+def quota_text(rows: list[Mapping[str, Any]]) -> str:
+    """Store the picker's rows as ``requester=tokens`` lines (a later row for one requester wins).
+
+    Raises ``ValueError`` when a requester is no requester id or an amount is not a whole number
+    of tokens from 0 up.
+    """
+    quotas: dict[str, int] = {}
+    for row in rows:
+        requester = str(row.get(QUOTA_REQUESTER, "")).strip()
+        tokens = float(row.get(QUOTA_TOKENS, -1))
+        if not is_requester_id(requester) or tokens < 0 or not tokens.is_integer():
+            raise ValueError(f"not a quota: {row!r}")
+        quotas[requester] = int(tokens)
+    return "\n".join(f"{requester}={tokens}" for requester, tokens in quotas.items())
+
+
+def _quota_selector(requesters: list[SelectOptionDict]) -> ObjectSelector:
+    return ObjectSelector(
+        ObjectSelectorConfig(
+            multiple=True,
+            label_field=QUOTA_REQUESTER,
+            description_field=QUOTA_TOKENS,
+            translation_key="requester_quota",
+            fields={
+                QUOTA_REQUESTER: {
+                    "selector": SelectSelector(
+                        SelectSelectorConfig(
+                            options=requesters,
+                            mode=SelectSelectorMode.DROPDOWN,
+                            custom_value=True,
+                        )
+                    ),
+                    "required": True,
+                },
+                QUOTA_TOKENS: {
+                    "selector": _number(0, 1_000_000_000, 1000, "tokens"),
+                    "required": True,
+                },
+            },
+        )
+    )
+
+
+def options_errors(user_input: Mapping[str, Any]) -> dict[str, str]:
+    """Check the submitted options against each other (the selectors check each one alone)."""
+    if int(user_input[OPT_HEADROOM]) >= int(user_input[OPT_MAX_SEQUENCES]):
+        return {OPT_HEADROOM: "headroom_not_below_max_sequences"}
+    return {}
+
+
 def options_schema(
     options: Mapping[str, Any],
     server_slots: int | None,
     user_input: Mapping[str, Any] | None = None,
+    requesters: list[SelectOptionDict] | None = None,
 ) -> probatio.Schema:
-    """Build the options form, filled with the current values (or what the user just sent)."""
+    """Build the options form, filled with the current values (or what the user just sent).
+
+    ``requesters``: who the quota picker offers (``async_quota_requesters``).
+    """
     current = settings_from_options(options, server_slots)
     jobs = job_settings_from_options(options)
     shown: Mapping[str, Any] = user_input or {}
@@ -132,8 +238,10 @@ def options_schema(
         ): _number(1, 3600, 1, "s"),
         probatio.Required(
             OPT_BACKGROUND_SHARE,
-            default=default(OPT_BACKGROUND_SHARE, current.background_share),
-        ): _number(0, 1, 0.05),
+            default=shown.get(
+                OPT_BACKGROUND_SHARE, percent_of_fraction(current.background_share)
+            ),
+        ): _number(0, 100, 1, PERCENTAGE),
         probatio.Required(
             OPT_PREEMPTION, default=default(OPT_PREEMPTION, current.preemption)
         ): BooleanSelector(),
@@ -157,8 +265,13 @@ def options_schema(
         ): _number(0, 1_000_000_000, 1000),
         probatio.Optional(
             OPT_REQUESTER_QUOTAS,
-            description={"suggested_value": default(OPT_REQUESTER_QUOTAS, "")},
-        ): TextSelector(TextSelectorConfig(multiline=True)),
+            description={
+                "suggested_value": shown.get(
+                    OPT_REQUESTER_QUOTAS,
+                    quota_rows(options.get(OPT_REQUESTER_QUOTAS, "")),
+                )
+            },
+        ): _quota_selector(requesters or []),
         probatio.Required(
             OPT_QUOTA_ACTION,
             default=default(OPT_QUOTA_ACTION, current.quota_action.value),
@@ -204,7 +317,10 @@ def options_schema(
 def options_to_store(
     previous: Mapping[str, Any], user_input: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Normalize the submitted options (whole numbers as int); raise ``ValueError`` if invalid."""
+    """Store the submitted options as the scheduler reads them; raise ``ValueError`` if invalid.
+
+    Whole numbers as int, the background share as a fraction, the quotas as text.
+    """
     integer_keys = {
         OPT_MAX_SEQUENCES,
         OPT_PREFILL_BUDGET,
@@ -228,11 +344,15 @@ def options_to_store(
             }
         elif key in integer_keys:
             options[key] = int(value)
+        elif key == OPT_BACKGROUND_SHARE:
+            options[key] = fraction_of_percent(float(value))
+        elif key == OPT_REQUESTER_QUOTAS:
+            options[key] = quota_text(list(value or []))
         else:
             options[key] = value
-    quotas = str(options.get(OPT_REQUESTER_QUOTAS) or "")
-    parse_requester_quotas(quotas)
-    options[OPT_REQUESTER_QUOTAS] = quotas
+    if OPT_REQUESTER_QUOTAS not in user_input:
+        # Every row removed: the form leaves the field out.
+        options[OPT_REQUESTER_QUOTAS] = ""
     return options
 
 
@@ -243,17 +363,13 @@ def subentry_schema(
     models: tuple[str, ...],
     current: Mapping[str, Any] | None,
     default_model: str,
+    default_name: str,
 ) -> probatio.Schema:
-    """Build the form of a conversation agent or AI Task entity."""
+    """Build the form of a conversation agent or AI Task entity (``default_name``: a new one's)."""
     values: Mapping[str, Any] = current or {}
     fields: dict[Any, Any] = {}
     if current is None:
-        name = (
-            DEFAULT_CONVERSATION_NAME
-            if subentry_type == SUBENTRY_CONVERSATION
-            else DEFAULT_AI_TASK_NAME
-        )
-        fields[probatio.Required(CONF_NAME, default=name)] = str
+        fields[probatio.Required(CONF_NAME, default=default_name)] = str
     fields[
         probatio.Required(CONF_MODEL, default=values.get(CONF_MODEL, default_model))
     ] = SelectSelector(

@@ -19,6 +19,7 @@ from .const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
 from .coordinator import LLMLanesConfigEntry
 from .core.settings import SchedulerSettings
 from .entity import SchedulerSettingEntity
+from .settings_options import fraction_of_percent, percent_of_fraction
 
 PARALLEL_UPDATES = 0
 
@@ -53,8 +54,8 @@ NUMBERS: tuple[SettingNumberDescription, ...] = (
         native_step=1,
         native_unit_of_measurement=PERCENTAGE,
         # Shown in percent, stored (like the scheduler setting) as a fraction.
-        value_fn=lambda settings: round(settings.background_share * 100, 1),
-        to_option=lambda value: round(value / 100, 4),
+        value_fn=lambda settings: percent_of_fraction(settings.background_share),
+        to_option=fraction_of_percent,
     ),
 )
 

@@ -125,10 +125,10 @@ class ModelMissingRepairFlow(RepairsFlow):
             return self.async_abort(reason="entry_not_loaded")
         models = entry.runtime_data.server.data.info.models
         if user_input is not None:
+            # The entry's update listener reloads it with the new model.
             self.hass.config_entries.async_update_entry(
                 entry, data={**entry.data, CONF_MODEL: user_input[CONF_MODEL]}
             )
-            self.hass.config_entries.async_schedule_reload(entry.entry_id)
             return self.async_create_entry(data={})
         return self.async_show_form(
             step_id="pick_model",

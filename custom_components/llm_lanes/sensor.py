@@ -4,6 +4,8 @@ Scheduler figures come from the activity coordinator's snapshots, server figures
 coordinator's polls, job figures from the entry's job manager; one token sensor per requester is
 added when the requester first appears (or at set-up, for those known before a restart), up to
 ``MAX_REQUESTER_SENSORS`` per server (the actions already fold passing requesters into ``other``).
+The requests each lane served and the requesters' tokens are totals kept across restarts; the
+server's URL is a diagnostic sensor, so the device page shows it as text.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from .const import LOGGER
 from .coordinator import LLMLanesConfigEntry, ServerState
 from .core.lanes import Lane
 from .core.snapshot import LaneSnapshot, SchedulerSnapshot
-from .entity import ActivityEntity, JobEntity, ServerEntity
+from .entity import ActivityEntity, JobEntity, ServerEntity, server_url
 from .jobs.manager import JobManager
 from .requesters import (
     REQUESTER_TOKENS_KEY,
@@ -37,7 +39,6 @@ from .requesters import (
 
 PARALLEL_UPDATES = 0
 
-UNIT_JOBS = "jobs"
 UNIT_TOKENS = "tokens"
 UNIT_TOKENS_PER_SECOND = "tokens/s"
 MAX_REQUESTER_SENSORS = 200
@@ -86,10 +87,10 @@ def _percent(fraction: float | None) -> float | None:
 
 
 def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
-    """Describe the latency and queue sensors of one lane.
+    """Describe the latency, queue and served-requests sensors of one lane.
 
     Voice TTFT p95 is what a household notices; the other figures are for tuning, so they start
-    disabled.
+    disabled. The requests served are a total (``LaneRequestsSensor``).
     """
 
     def latency(
@@ -109,7 +110,7 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
 
     return (
         latency("ttft_p50", lambda s: s.ttft_p50_s, enabled=False),
-        latency("ttft_p95", lambda s: s.ttft_p95_s, enabled=True),
+        latency("ttft_p95", lambda s: s.ttft_p95_s, enabled=lane is Lane.VOICE),
         latency("itl_p95", lambda s: s.itl_p95_s, enabled=False),
         latency("e2e_p95", lambda s: s.e2e_p95_s, enabled=False),
         ActivitySensorDescription(
@@ -120,6 +121,21 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
             value_fn=_lane_value(lane, lambda s: s.queue_depth),
         ),
     )
+
+
+def _requests_served(lane: Lane) -> ActivitySensorDescription:
+    """Describe the total of requests a lane served (whatever their outcome)."""
+    return ActivitySensorDescription(
+        key=f"{lane.key}_requests_served",
+        translation_key=f"{lane.key}_requests_served",
+        state_class=SensorStateClass.TOTAL_INCREASING,
+        value_fn=_lane_value(lane, lambda s: s.finished_total),
+    )
+
+
+LANE_REQUESTS_SENSORS: tuple[ActivitySensorDescription, ...] = tuple(
+    _requests_served(lane) for lane in Lane
+)
 
 
 ACTIVITY_SENSORS: tuple[ActivitySensorDescription, ...] = (
@@ -215,7 +231,6 @@ JOB_SENSORS: tuple[JobSensorDescription, ...] = (
     JobSensorDescription(
         key="jobs_waiting",
         translation_key="jobs_waiting",
-        native_unit_of_measurement=UNIT_JOBS,
         state_class=SensorStateClass.MEASUREMENT,
         value_fn=lambda manager: manager.waiting_count,
         attributes_fn=lambda manager: {
@@ -226,7 +241,6 @@ JOB_SENSORS: tuple[JobSensorDescription, ...] = (
     JobSensorDescription(
         key="jobs_done_tonight",
         translation_key="jobs_done_tonight",
-        native_unit_of_measurement=UNIT_JOBS,
         state_class=SensorStateClass.TOTAL_INCREASING,
         value_fn=lambda manager: manager.done_tonight,
     ),
@@ -263,6 +277,10 @@ async def async_setup_entry(
     entities: list[SensorEntity] = [
         ActivitySensor(entry, description) for description in ACTIVITY_SENSORS
     ]
+    entities.extend(
+        LaneRequestsSensor(entry, description) for description in LANE_REQUESTS_SENSORS
+    )
+    entities.append(ServerURLSensor(entry))
     entities.extend(
         ServerSensor(entry, description)
         for description in SERVER_SENSORS
@@ -352,12 +370,61 @@ class JobSensor(JobEntity, SensorEntity):
         return attributes_fn(self.manager) if attributes_fn is not None else None
 
 
+class ServerURLSensor(ServerEntity, SensorEntity):
+    """The URL Home Assistant reaches the server at (without any user and password in it).
+
+    The device page links the configuration URL (its *Visit* button) without showing it; this
+    shows it, and keeps showing it while the server is down, when it matters most.
+    """
+
+    _attr_entity_category = EntityCategory.DIAGNOSTIC
+
+    def __init__(self, entry: LLMLanesConfigEntry) -> None:
+        """Show the entry's URL."""
+        super().__init__(
+            entry,
+            SensorEntityDescription(key="server_url", translation_key="server_url"),
+        )
+        self._attr_native_value = server_url(entry)
+
+    @property
+    def available(self) -> bool:
+        """Always: the URL is configuration, not a reading of the server."""
+        return True
+
+
 def _as_count(value: Any) -> int:
     """Read a restored count; anything that is not a number (unknown, unavailable) counts 0."""
     try:
         return max(0, int(float(str(value))))
     except ValueError:
         return 0
+
+
+async def _async_restored_count(sensor: RestoreSensor) -> int:
+    """Read a total's count from before the restart (its own stored data, else its last state)."""
+    if (sensor_data := await sensor.async_get_last_sensor_data()) is not None:
+        return _as_count(sensor_data.native_value)
+    if (state := await sensor.async_get_last_state()) is not None:
+        return _as_count(state.state)
+    return 0
+
+
+class LaneRequestsSensor(ActivitySensor, RestoreSensor):
+    """Requests one lane served, kept across restarts (the scheduler counts from its start)."""
+
+    _restored = 0
+
+    async def async_added_to_hass(self) -> None:
+        """Restore the count from before the restart."""
+        await super().async_added_to_hass()
+        self._restored = await _async_restored_count(self)
+
+    @property
+    def native_value(self) -> int:
+        """Restored count plus what this scheduler has served since it started."""
+        served = self.entity_description.value_fn(self.coordinator.data)
+        return self._restored + (served if isinstance(served, int) else 0)
 
 
 class RequesterTokensSensor(ActivityEntity, RestoreSensor):

@@ -32,6 +32,16 @@ DEFAULT_SLOTS = 4
 """Max sequences when neither the options nor the server say (Ollama's default parallelism)."""
 
 
+def percent_of_fraction(fraction: float) -> float:
+    """Show a fraction the scheduler uses (the background share) in percent."""
+    return round(fraction * 100, 1)
+
+
+def fraction_of_percent(percent: float) -> float:
+    """Store a percent a household types as the fraction the scheduler uses."""
+    return round(percent / 100, 4)
+
+
 def parse_requester_quotas(text: str) -> dict[str, int]:
     """Parse ``requester=tokens`` pairs, one per line (or separated by commas).
 

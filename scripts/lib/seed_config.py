@@ -40,23 +40,18 @@ from homeassistant.components.onboarding import (
 from homeassistant.components.onboarding.const import STEP_CORE_CONFIG
 from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
-from homeassistant.helpers import llm
 from homeassistant.helpers.storage import Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from custom_components.llm_lanes.backend_setup import probe_server  # noqa: E402
-from custom_components.llm_lanes.const import (  # noqa: E402
-    CONF_KIND,
-    CONF_LLM_HASS_API,
-    CONF_MODEL,
-    DEFAULT_AI_TASK_NAME,
-    DEFAULT_CONVERSATION_NAME,
-    DOMAIN,
-    SUBENTRY_AI_TASK,
-    SUBENTRY_CONVERSATION,
+from custom_components.llm_lanes.config_flow import LLMLanesConfigFlow  # noqa: E402
+from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN  # noqa: E402
+from custom_components.llm_lanes.entry_defaults import (  # noqa: E402
+    default_subentries,
+    entry_title,
+    server_name,
 )
-from custom_components.llm_lanes.entity import SERVER_KIND_NAMES  # noqa: E402
 
 HTTP_HOST = "127.0.0.1"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -106,9 +101,12 @@ async def seed_entry(hass: HomeAssistant, url: str) -> str:
     stored = await store.async_load() or {"entries": []}
     async with aiohttp.ClientSession() as session:
         probed = await probe_server(session, url, None)
+    others: list[str] = []
     for existing in stored["entries"]:
         data = existing["data"]
         assert isinstance(data, dict)
+        if existing.get("domain") == DOMAIN:
+            others.append(str(data.get(CONF_URL)))
         # The entry this script made for the simulator on an earlier start, maybe on another port.
         if (
             existing.get("domain") == DOMAIN
@@ -129,30 +127,19 @@ async def seed_entry(hass: HomeAssistant, url: str) -> str:
         if probed.info.loaded_models
         else probed.info.models[0]
     )
+    # Named and filled as the config flow does it (the model step's defaults).
+    name = server_name(probed.kind, url, others)
     entry = config_entries.ConfigEntry(
         data={CONF_URL: url, CONF_KIND: probed.kind.value, CONF_MODEL: model},
         discovery_keys=MappingProxyType({}),
         domain=DOMAIN,
-        minor_version=1,
+        minor_version=LLMLanesConfigFlow.MINOR_VERSION,
         options={},
         source=config_entries.SOURCE_USER,
-        subentries_data=[
-            {
-                "subentry_type": SUBENTRY_CONVERSATION,
-                "data": {CONF_MODEL: model, CONF_LLM_HASS_API: [llm.LLM_API_ASSIST]},
-                "title": DEFAULT_CONVERSATION_NAME,
-                "unique_id": None,
-            },
-            {
-                "subentry_type": SUBENTRY_AI_TASK,
-                "data": {CONF_MODEL: model},
-                "title": DEFAULT_AI_TASK_NAME,
-                "unique_id": None,
-            },
-        ],
-        title=f"{SERVER_KIND_NAMES[probed.kind]} ({model})",
+        subentries_data=default_subentries(name, model),
+        title=entry_title(name, model),
         unique_id=probed.info.unique_id,
-        version=1,
+        version=LLMLanesConfigFlow.VERSION,
     )
     stored["entries"].append(entry.as_dict())
     await store.async_save(stored)

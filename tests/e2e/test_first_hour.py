@@ -1,9 +1,10 @@
 """A newcomer's first hour, in a real browser against a real Home Assistant.
 
-Onboarding (the owner account), LLM Lanes added through the UI (a wrong URL first: the error shows),
-a conversation agent added as a sub-entry, Assist set to it and a typed command answered (the
-simulator answers with random words), then the server's device page with the lane sensors' values.
-Each step leaves a screenshot in artifacts/e2e/.
+Onboarding (the owner account), LLM Lanes added through the UI (a wrong URL first: the error shows
+what to check), a conversation agent added as a sub-entry, Assist set to it and a typed command
+answered (the simulator answers with random words), the server's device page with the lane
+sensors' values and the server's URL, then the LLM Lanes dashboard added from *Add dashboard*
+and shown with its cards. Each step leaves a screenshot in artifacts/e2e/.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ DEEP_TEXT = """el => {
     + [...n.childNodes].map(c => c.nodeType === Node.TEXT_NODE ? c.textContent : text(c)).join("");
   return text(el).replace(/\\s+/g, " ").trim();
 }"""
-LANE_SENSOR = re.compile(
-    r"^(Voice|Interactive|Automation|Background) .*time to first token.* \d"
-)
+LANE_SENSOR = re.compile(r"^Interactive requests served [1-9]")
+"""The typed chat ran in the interactive lane."""
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -118,7 +118,8 @@ def first_hour(
     assert step["errors"]
     error = page.locator("ha-alert[alert-type=error]")
     expect(error).to_be_visible()
-    assert error.evaluate(DEEP_TEXT)
+    # The error names the URL tried and what to check there.
+    assert "127.0.0.1" in error.evaluate(DEEP_TEXT)
     shot("wrong-url-error")
     page.locator("input[name=url]").fill(home_assistant.sim_url)
     submit_until_created(page, submit(page))
@@ -161,9 +162,12 @@ def first_hour(
     shot("assist-answer")
     page.keyboard.press("Escape")
 
-    # The server's device page: the lane sensors have values (the chat ran in a lane).
+    # The server's device page: a lane sensor counts the chat. Its
+    # title carries the host; its agents' titles too ("llama.cpp on 127.0.0.1 conversation").
     page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
-    page.locator("ha-list-item-button", has_text=re.compile(r"llama\.cpp")).click()
+    page.locator(
+        "ha-list-item-button", has_text=re.compile(r"llama\.cpp on 127\.0\.0\.1 \(")
+    ).click()
     rows = page.locator("ha-device-entities-card hui-generic-entity-row")
     expect(rows.first).to_be_visible()
     lane_values = wait_for(
@@ -176,3 +180,30 @@ def first_hour(
     )
     shot("device-page", full_page=True)
     assert lane_values
+    # The server's URL: the device's Visit link and its Server URL sensor.
+    expect(page.locator(f'a[href="{home_assistant.sim_url}"]').first).to_be_attached()
+    wait_for(
+        lambda: any(
+            row.evaluate(DEEP_TEXT).startswith("Server URL")
+            and home_assistant.sim_url in row.evaluate(DEEP_TEXT)
+            for row in rows.all()
+        ),
+        "the Server URL sensor",
+    )
+
+    # The LLM Lanes dashboard, offered by the integration in Add dashboard.
+    page.goto(f"{home_assistant.url}/config/lovelace/dashboards")
+    page.get_by_role("button", name="Add dashboard").click()
+    page.locator("dashboard-card", has_text="LLM Lanes").click()
+    page.locator("ha-dialog input[name=title]").fill("LLM Lanes")
+    url_path = page.locator("ha-dialog input[name=url_path]")
+    expect(url_path).not_to_have_value("")
+    path = url_path.input_value()
+    shot("dashboard-add")
+    page.get_by_role("button", name="Create").click()
+    expect(page.get_by_role("button", name="Create")).to_be_hidden()
+    page.goto(f"{home_assistant.url}/{path}")
+    expect(page.locator("hui-history-graph-card").first).to_be_visible()
+    expect(page.locator("hui-tile-card").first).to_be_visible()
+    assert page.locator("hui-error-card").count() == 0
+    shot("dashboard", full_page=True)

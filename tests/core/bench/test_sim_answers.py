@@ -116,3 +116,28 @@ def test_prompt_token_count() -> None:
         )
         == 14 + 7
     )
+
+
+def test_home_assistant_tool_is_called_by_either_name() -> None:
+    """Assist names its tools ``intent__HassTurnOn``: a message may say that or ``HassTurnOn``."""
+    tools = [
+        SimTool(name="intent__HassTurnOff", parameters=LIGHT.parameters),
+        SimTool(name="intent__HassTurnOn", parameters=LIGHT.parameters),
+    ]
+    for text in (
+        'intent__HassTurnOn name="Kitchen light"',
+        'HassTurnOn name="Kitchen light"',
+    ):
+        plan = plan_answer(
+            seed=0, messages=[SimMessage("user", text)], tools=tools, max_tokens=None,
+            ignore_eos=False, json_schema=None, context_left=4096,
+        )  # fmt: skip
+        assert [(c.name, c.arguments) for c in plan.tool_calls] == [
+            ("intent__HassTurnOn", {"name": "Kitchen light"})
+        ], text
+    # A longer word that contains the name does not call it.
+    plan = plan_answer(
+        seed=0, messages=[SimMessage("user", "HassTurnOnAll name=x")], tools=tools,
+        max_tokens=None, ignore_eos=False, json_schema=None, context_left=4096,
+    )  # fmt: skip
+    assert not plan.tool_calls

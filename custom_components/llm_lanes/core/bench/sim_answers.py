@@ -238,14 +238,24 @@ def _clip(pieces: list[str], limit: int) -> AnswerPlan:
 
 
 def _tool_call(text: str, tools: list[SimTool], rng: random.Random) -> ToolCall | None:
+    """Call the first tool the message names, by its full name or the part after ``__``.
+
+    Home Assistant names its tools ``<namespace>__<name>`` (``intent__HassTurnOn``); a message
+    may say either. Word boundaries there are ``_``-free: ``HassTurnOn`` inside
+    ``intent__HassTurnOn`` counts as named.
+    """
     lowered = text.lower()
     for tool in tools:
-        if re.search(rf"\b{re.escape(tool.name.lower())}\b", lowered) is None:
+        names = {tool.name.lower(), tool.name.rpartition("__")[2].lower()}
+        if not any(
+            re.search(rf"(?<![^\W_]){re.escape(name)}(?![^\W_])", lowered)
+            for name in names
+        ):
             continue
         properties = tool.parameters.get("properties", {})
         arguments: dict[str, Any] = {}
         for key, raw in _ARG_RE.findall(text):
-            if key not in properties or key == tool.name:
+            if key not in properties or key.lower() in names:
                 continue
             if raw.startswith('"'):
                 arguments[key] = json.loads(raw)

@@ -1,0 +1,290 @@
+"""The LLM Lanes dashboard: one view per server, offered in *Add dashboard* as a strategy.
+
+The frontend lists custom dashboard strategies in its *Add dashboard* dialog. The integration ships
+a small one (``frontend/dashboard-strategy.js``, type ``custom:llm-lanes``) that asks this module
+for the dashboard over the websocket (``llm_lanes/dashboard``), so the view always shows the
+entities the servers have now (their ids as the user renamed them, new requesters). *Take control*
+in the dashboard's menu turns it into cards the user can edit.
+
+Each view shows, per lane, time to first token and inter-token latency over the last day, queue
+depth and sequences in flight, goodput, the requests each lane served, tokens per requester per
+day and tonight's jobs. Figures that start disabled (the other lanes' TTFT p95, every ITL p95)
+are left out, and a note names them, until the user enables them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+from homeassistant.components import frontend, websocket_api
+from homeassistant.components.http.server import StaticPathConfig
+from homeassistant.components.websocket_api.connection import ActiveConnection
+from homeassistant.components.websocket_api.decorators import websocket_command
+from homeassistant.const import Platform
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers import entity_registry as er
+import probatio
+
+from .const import DOMAIN, OPT_BACKGROUND_PAUSED
+from .coordinator import LLMLanesConfigEntry
+from .core.lanes import Lane
+from .requesters import requester_sensor_prefix
+
+WS_TYPE: Final = "llm_lanes/dashboard"
+STRATEGY_URL: Final = "/llm_lanes/dashboard-strategy.js"
+STRATEGY_FILE: Final = Path(__file__).parent / "frontend" / "dashboard-strategy.js"
+HOURS_SHOWN: Final = 24
+DAYS_SHOWN: Final = 7
+
+
+async def async_setup_dashboard(hass: HomeAssistant) -> None:
+    """Answer the strategy's websocket command; serve and load the strategy in the frontend."""
+    websocket_api.async_register_command(hass, websocket_dashboard)
+    if "frontend" not in hass.config.components:
+        return
+    await hass.http.async_register_static_paths(
+        [StaticPathConfig(STRATEGY_URL, str(STRATEGY_FILE), cache_headers=False)]
+    )
+    frontend.add_extra_js_url(hass, STRATEGY_URL)
+
+
+@websocket_command(
+    {
+        probatio.Required("type"): WS_TYPE,
+        probatio.Optional("config_entry_id"): str,
+    }
+)
+@callback
+def websocket_dashboard(
+    hass: HomeAssistant,
+    connection: ActiveConnection,
+    msg: dict[str, Any],
+) -> None:
+    """Send the dashboard of every loaded server, or of the one asked for."""
+    entries: list[LLMLanesConfigEntry] = [
+        entry
+        for entry in hass.config_entries.async_loaded_entries(DOMAIN)
+        if msg.get("config_entry_id") in (None, entry.entry_id)
+    ]
+    connection.send_result(msg["id"], dashboard_config(hass, entries))
+
+
+def dashboard_config(
+    hass: HomeAssistant, entries: list[LLMLanesConfigEntry]
+) -> dict[str, Any]:
+    """Build the dashboard: one view per server (a view that says how to add one without any)."""
+    if not entries:
+        return {
+            "title": "LLM Lanes",
+            "views": [
+                {
+                    "title": "LLM Lanes",
+                    "cards": [
+                        {
+                            "type": "markdown",
+                            "content": "No LLM Lanes server is loaded. Add one in "
+                            "*Settings → Devices & services*.",
+                        }
+                    ],
+                }
+            ],
+        }
+    return {
+        "title": "LLM Lanes",
+        "views": [
+            server_view(hass, entry, index) for index, entry in enumerate(entries)
+        ],
+    }
+
+
+type Row = dict[str, str]
+"""One entity of a card: ``{"entity": <entity id>, "name": <its name, without the device's>}``."""
+
+
+class _Entities:
+    """One server's entities, found by the key their unique id ends with, as rows of cards."""
+
+    def __init__(self, hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+        self._registry = er.async_get(hass)
+        self._entry = entry
+        self.disabled: list[str] = []
+        """Names of the wanted entities the user has not enabled."""
+
+    def _row(self, registry_entry: er.RegistryEntry) -> Row:
+        name = registry_entry.name or registry_entry.original_name
+        return {"entity": registry_entry.entity_id, "name": name or ""}
+
+    def get(self, platform: Platform, key: str) -> Row | None:
+        """Return the enabled entity with this key (a disabled one is noted, then left out)."""
+        entity_id = self._registry.async_get_entity_id(
+            platform, DOMAIN, f"{self._entry.entry_id}_{key}"
+        )
+        registry_entry = self._registry.async_get(entity_id) if entity_id else None
+        if registry_entry is None:
+            return None
+        if registry_entry.disabled_by is not None:
+            self.disabled.append(
+                self._row(registry_entry)["name"] or registry_entry.entity_id
+            )
+            return None
+        return self._row(registry_entry)
+
+    def sensors(self, keys: list[str]) -> list[Row]:
+        """Return the enabled sensors of these keys, in order."""
+        return [row for key in keys if (row := self.get(Platform.SENSOR, key))]
+
+    def requester_sensors(self) -> list[Row]:
+        """Return the enabled token sensors of the requesters, by name."""
+        prefix = requester_sensor_prefix(self._entry.entry_id)
+        rows = [
+            self._row(registry_entry)
+            for registry_entry in er.async_entries_for_config_entry(
+                self._registry, self._entry.entry_id
+            )
+            if registry_entry.domain == Platform.SENSOR
+            and registry_entry.unique_id.startswith(prefix)
+            and registry_entry.disabled_by is None
+        ]
+        return sorted(rows, key=lambda row: row["name"].casefold())
+
+
+def _section(heading: str, *cards: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "type": "grid",
+        "cards": [
+            {"type": "heading", "heading": heading},
+            *(card for card in cards if card is not None),
+        ],
+    }
+
+
+def _history(title: str, rows: list[Row]) -> dict[str, Any] | None:
+    if not rows:
+        return None
+    return {
+        "type": "history-graph",
+        "title": title,
+        "hours_to_show": HOURS_SHOWN,
+        "entities": rows,
+    }
+
+
+def _daily_bars(title: str, rows: list[Row]) -> dict[str, Any] | None:
+    """Show how much a total grew per day (long-term statistics: the first bar after an hour)."""
+    if not rows:
+        return None
+    return {
+        "type": "statistics-graph",
+        "title": title,
+        "entities": rows,
+        "chart_type": "bar",
+        "stat_types": ["change"],
+        "period": "day",
+        "days_to_show": DAYS_SHOWN,
+    }
+
+
+def _list(title: str | None, rows: list[Row | None]) -> dict[str, Any] | None:
+    shown = [row for row in rows if row is not None]
+    if not shown:
+        return None
+    card: dict[str, Any] = {"type": "entities", "entities": shown}
+    if title is not None:
+        card["title"] = title
+    return card
+
+
+def _tiles(rows: list[Row | None]) -> list[dict[str, Any]]:
+    return [{"type": "tile", **row} for row in rows if row is not None]
+
+
+def server_view(
+    hass: HomeAssistant, entry: LLMLanesConfigEntry, index: int = 0
+) -> dict[str, Any]:
+    """Build the view of one server (a *sections* view)."""
+    entities = _Entities(hass, entry)
+    lanes = list(Lane)
+    now = _section(
+        "Now",
+        *_tiles(
+            [
+                entities.get(Platform.SENSOR, "goodput"),
+                entities.get(Platform.SENSOR, "queue_depth"),
+                entities.get(Platform.SENSOR, "in_flight"),
+                entities.get(Platform.SENSOR, "output_tokens_per_second"),
+                entities.get(Platform.BINARY_SENSOR, "server_reachable"),
+                entities.get(Platform.SWITCH, OPT_BACKGROUND_PAUSED),
+            ]
+        ),
+    )
+    latency = _section(
+        "Latency per lane",
+        _history(
+            "Time to first token p95",
+            entities.sensors([f"{lane.key}_ttft_p95" for lane in lanes]),
+        ),
+        _history(
+            "Inter-token latency p95",
+            entities.sensors([f"{lane.key}_itl_p95" for lane in lanes]),
+        ),
+    )
+    served = entities.sensors([f"{lane.key}_requests_served" for lane in lanes])
+    load = _section(
+        "Load",
+        _history(
+            "Queue and sequences in flight",
+            entities.sensors(
+                [
+                    "queue_depth",
+                    "in_flight",
+                    *(f"{lane.key}_queue_depth" for lane in lanes),
+                ]
+            ),
+        ),
+        _history("Goodput", entities.sensors(["goodput"])),
+        _daily_bars("Requests served per day", served),
+        _list("Total requests served", list(served)),
+    )
+    requesters = entities.requester_sensors()
+    tokens = _section(
+        "Tokens per requester",
+        _daily_bars("Tokens per day", requesters),
+        _list("Total tokens", list(requesters)),
+    )
+    jobs = _section(
+        "Tonight's jobs",
+        _list(
+            None,
+            [
+                *entities.sensors(
+                    [
+                        "jobs_waiting",
+                        "jobs_done_tonight",
+                        "job_tokens_tonight",
+                        "job_budget_used",
+                    ]
+                ),
+                entities.get(Platform.SWITCH, "jobs_paused"),
+            ],
+        ),
+    )
+    sections = [now, latency, load, tokens, jobs]
+    if entities.disabled:
+        latency["cards"].append(
+            {
+                "type": "markdown",
+                "content": "Not shown until enabled: "
+                + ", ".join(sorted(entities.disabled))
+                + ". Enable them in *Settings → Devices & services → Entities* "
+                "(select them, then *Enable selected*).",
+            },
+        )
+    return {
+        "type": "sections",
+        "title": entry.title,
+        "path": f"server-{index + 1}",
+        "icon": "mdi:highway",
+        "max_columns": 3,
+        "sections": sections,
+    }

@@ -1,0 +1,91 @@
+"""What a new server entry is called and holds, unless the user says otherwise.
+
+Names carry the server's host, so that two servers of the same kind and model, their agents and
+their entity ids can be told apart: the entry "llama.cpp on 192.168.1.20 (qwen3:8b)", its agent
+"llama.cpp on 192.168.1.20 conversation" (``conversation.llama_cpp_on_192_168_1_20_conversation``).
+The config flow and ``scripts/develop``'s seeding build new entries with these; existing entries
+keep the titles they have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.helpers import llm
+
+from .const import (
+    CONF_LLM_HASS_API,
+    CONF_MODEL,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from .core.backends.base import ServerKind
+
+SERVER_KIND_NAMES: dict[ServerKind, str] = {
+    ServerKind.OLLAMA: "Ollama",
+    ServerKind.LLAMA_CPP: "llama.cpp",
+    ServerKind.VLLM: "vLLM",
+    ServerKind.LM_STUDIO: "LM Studio",
+    ServerKind.LOCALAI: "LocalAI",
+    ServerKind.OPENAI_COMPATIBLE: "OpenAI-compatible server",
+}
+
+SUBENTRY_NAME_SUFFIXES: dict[str, str] = {
+    SUBENTRY_CONVERSATION: "conversation",
+    SUBENTRY_AI_TASK: "AI Task",
+}
+
+
+def _host(url: str) -> str:
+    return (urlsplit(url).hostname or url).lower()
+
+
+def _address(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{_host(url)}:{parts.port}" if parts.port else _host(url)
+
+
+def server_name(kind: ServerKind, url: str, other_urls: Iterable[str] = ()) -> str:
+    """Name the server by its kind and host, e.g. "llama.cpp on 192.168.1.20".
+
+    The port joins the host when another configured server (``other_urls``) runs on that host.
+    """
+    shared_host = any(_host(other) == _host(url) for other in other_urls)
+    return (
+        f"{SERVER_KIND_NAMES[kind]} on {_address(url) if shared_host else _host(url)}"
+    )
+
+
+def default_names(kind: ServerKind, url: str) -> tuple[str, str]:
+    """Return the names a new entry for ``url`` may have been given (without, with the port)."""
+    return server_name(kind, url), server_name(kind, url, [url])
+
+
+def entry_title(name: str, model: str) -> str:
+    """Title a server entry (and its device): its name and the model it serves."""
+    return f"{name} ({model})"
+
+
+def subentry_name(subentry_type: str, name: str) -> str:
+    """Name an agent or AI Task entity after its server, e.g. "llama.cpp on nas AI Task"."""
+    return f"{name} {SUBENTRY_NAME_SUFFIXES[subentry_type]}"
+
+
+def default_subentries(name: str, model: str) -> list[ConfigSubentryData]:
+    """Describe a new server's conversation agent (with the Assist API) and AI Task entity."""
+    return [
+        ConfigSubentryData(
+            subentry_type=SUBENTRY_CONVERSATION,
+            data={CONF_MODEL: model, CONF_LLM_HASS_API: [llm.LLM_API_ASSIST]},
+            title=subentry_name(SUBENTRY_CONVERSATION, name),
+            unique_id=None,
+        ),
+        ConfigSubentryData(
+            subentry_type=SUBENTRY_AI_TASK,
+            data={CONF_MODEL: model},
+            title=subentry_name(SUBENTRY_AI_TASK, name),
+            unique_id=None,
+        ),
+    ]

@@ -346,3 +346,38 @@ def test_headroom_is_not_lent_while_the_foreground_is_active_or_without_preempti
     queue.start(running)
     queue.push(entry(2, Lane.AUTOMATION, "b"))
     assert queue.choose(0.0) is None
+
+
+def test_automation_takes_back_a_slot_background_borrowed() -> None:
+    """Background in every slot (the headroom borrowed): automation gets one, with no loop."""
+    queue = Queue(SchedulerSettings(max_sequences=3, headroom=1, background_share=0))
+    jobs = [entry(seq, Lane.BACKGROUND, f"j{seq}") for seq in (1, 2, 3)]
+    for job in jobs:
+        queue.push(job)
+    for _ in jobs:
+        decision = queue.choose(0.0)
+        assert isinstance(decision, Admit)
+        queue.start(decision.request, decision.rank)
+    for job, done in zip(jobs, (30, 10, 20), strict=True):
+        job.prefilling = False
+        job.output_tokens = done
+    queue.push(entry(4, Lane.AUTOMATION, "a"))
+    decisions = []
+    for _ in range(10):
+        decision = queue.choose(0.0)
+        if decision is None:
+            break
+        decisions.append(decision)
+        if isinstance(decision, Preempt):
+            queue.release(decision.victim)
+            queue.requeue_front(decision.victim, 0.0)
+        else:
+            queue.start(decision.request, decision.rank)
+    # Two background streams make way (the slot freed first is headroom), then automation runs;
+    # the preempted ones do not take the headroom back while automation waited.
+    assert decisions[:3] == [
+        Preempt(jobs[1]),
+        Preempt(jobs[2]),
+        Admit(queue.running[4]),
+    ]
+    assert len(decisions) <= 4

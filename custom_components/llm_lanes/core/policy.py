@@ -161,16 +161,19 @@ class LanesPolicy(SchedulingPolicy):
             if cap is not None and running_by_lane[lane] >= cap:
                 continue
             free = max_sequences - state.in_flight
-            if (
-                lane >= Lane.AUTOMATION
-                and 0 < free <= headroom
-                and not (
-                    lane is Lane.BACKGROUND
-                    and settings.preemption
-                    and (rank == _SHARE_RANK or not foreground_is_active(state, now))
-                )
-            ):
-                continue
+            if lane >= Lane.AUTOMATION and 0 < free <= headroom:
+                if lane is Lane.BACKGROUND:
+                    if not _may_borrow_headroom(state, rank, now):
+                        continue
+                else:
+                    # Automation may not take the headroom; what background borrowed of the
+                    # other slots it takes back.
+                    victim = (
+                        _least_advanced(state, rank) if settings.preemption else None
+                    )
+                    if victim is not None:
+                        return Preempt(victim)
+                    continue
             if not has_room(state, request):
                 if lane is not Lane.BACKGROUND and settings.preemption:
                     victim = _victim(state, request, rank)
@@ -179,6 +182,30 @@ class LanesPolicy(SchedulingPolicy):
                 return None
             return Admit(request, rank)
         return None
+
+
+def _may_borrow_headroom(state: RunState, rank: float, now: float) -> bool:
+    """Whether background may take a headroom slot now (the foreground takes it back later).
+
+    With preemption on: when the share ranked it up, or while no voice or interactive work is
+    active and no automation waits (automation may not use the headroom, so it must not find
+    background there instead of a slot of its own).
+    """
+    if not state.settings.preemption:
+        return False
+    return rank == _SHARE_RANK or not (
+        foreground_is_active(state, now) or state.queued(Lane.AUTOMATION)
+    )
+
+
+def _least_advanced(state: RunState, rank: float) -> QueuedRequest | None:
+    """Return the background stream with the least output of those admitted below ``rank``."""
+    victims = [
+        r
+        for r in state.running.values()
+        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank
+    ]
+    return min(victims, key=lambda r: (r.output_tokens, -r.seq)) if victims else None
 
 
 def _candidates(state: RunState, now: float) -> list[tuple[float, QueuedRequest]]:
@@ -271,23 +298,21 @@ def _victim(
     Only streams admitted below ``rank``: background that aging or its share lifted over a lane
     keeps its slot against that lane (voice takes any).
     """
+    settings = state.settings
+    if state.in_flight >= max(settings.max_sequences, 1):
+        return _least_advanced(state, rank)
+    # Blocked by the prefill budget: only background prompts still in prefill are in the way,
+    # and preempting them helps only if the request fits once they are gone.
     victims = [
         r
         for r in state.running.values()
-        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank
+        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank and r.prefilling
     ]
-    if not victims:
+    others = state.prefill_in_flight - sum(r.prompt_tokens for r in victims)
+    if not victims or (
+        others and others + request.prompt_tokens > settings.prefill_budget
+    ):
         return None
-    settings = state.settings
-    if state.in_flight < max(settings.max_sequences, 1):
-        # Blocked by the prefill budget: only background prompts still in prefill are in the
-        # way, and preempting them helps only if the request fits once they are gone.
-        victims = [r for r in victims if r.prefilling]
-        others = state.prefill_in_flight - sum(r.prompt_tokens for r in victims)
-        if not victims or (
-            others and others + request.prompt_tokens > settings.prefill_budget
-        ):
-            return None
     return min(victims, key=lambda r: (r.output_tokens, -r.seq))
 
 

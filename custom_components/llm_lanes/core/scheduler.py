@@ -404,10 +404,20 @@ class Scheduler:
                     )
                 )
             self._update_background_limit(now)
+            admitted: set[int] = set()
             while (decision := self._policy.choose(state, now)) is not None:
                 if isinstance(decision, Preempt):
-                    self._preempt(self._tickets[decision.victim.seq], now)
+                    seq = decision.victim.seq
+                    if seq in admitted:
+                        # Admitting and preempting the same request in one round would go on
+                        # for ever: a policy bug, stopped here rather than hanging the loop.
+                        _LOGGER.error(
+                            "policy loop on request %s; decisions stopped", seq
+                        )
+                        break
+                    self._preempt(self._tickets[seq], now)
                 else:
+                    admitted.add(decision.request.seq)
                     self._start(self._tickets[decision.request.seq], now, decision.rank)
         finally:
             self._dispatching = False

@@ -171,3 +171,54 @@ async def test_learned_limit_stops_background_slowing_voice() -> None:
     assert scheduler.snapshot().preemptions_total == 3
     points = scheduler.batch_cost.points(0.0)
     assert [p.sequences for p in points][:3] == [1, 2, 3]
+
+
+async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
+    """With Assist-sized prompts the headroom is not lent, and grows to the overlap seen.
+
+    Short foreground prompts cost little to prefill again, so background borrows the headroom
+    while the foreground is idle; an Assist prompt of thousands of tokens does not, and when a
+    chat and a command overlapped, two slots are kept for the foreground.
+    """
+    scheduler, backend, _ = _placed(prefill_guard_tokens=500)
+    state = scheduler._state
+    await scheduler.generate(
+        chat(tag="v"), lane=Lane.VOICE, requester="v", prompt_tokens=100
+    )
+    assert state.headroom_lendable
+    gate = asyncio.Event()
+    jobs = [
+        spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"j{i}")
+        for i in range(4)
+    ]
+    await settle()
+    assert len(backend.active) == 4  # the headroom slot lent while nothing else runs
+    gate.set()
+    await asyncio.gather(*jobs)
+
+    typing = asyncio.Event()
+    chat_task = spawn(
+        scheduler,
+        chat(gate=typing, tag="chat"),
+        Lane.INTERACTIVE,
+        "u",
+        prompt_tokens=2600,
+    )
+    await settle()
+    command = spawn(scheduler, chat(tag="cmd"), Lane.VOICE, "v", prompt_tokens=2600)
+    await settle()
+    typing.set()
+    await asyncio.gather(chat_task, command)
+    assert not state.headroom_lendable
+    assert state.learned_headroom == 2
+    assert scheduler._foreground.slots is not None
+    assert scheduler._foreground.slots.reserved == 2
+    gate = asyncio.Event()
+    jobs = [
+        spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"k{i}")
+        for i in range(4)
+    ]
+    await settle()
+    assert len(backend.active) == 2  # two slots kept for voice and chats
+    gate.set()
+    await asyncio.gather(*jobs)

@@ -73,7 +73,7 @@ async def test_steps_learn_the_server_speed(session: aiohttp.ClientSession) -> N
     """After a few steps the step size follows the speed the server reported."""
     summary = (_summary(800), Lane.BACKGROUND, 2500)
     sim, _, scheduler, _ = await _run(session, [summary, summary])
-    step = scheduler._pacer.step_tokens(SETTINGS.prefill_step_s)
+    step = scheduler._foreground._pacer.step_tokens(SETTINGS.prefill_step_s)
     # The simulator prefills 256 tokens in 8 ms + 256 x 0.15 ms: about 5,500 tokens/s.
     assert 100 <= step <= 180
     first = -(-2500 // DEFAULT_STEP_TOKENS) - 1

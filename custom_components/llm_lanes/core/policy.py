@@ -144,7 +144,9 @@ class LanesPolicy(SchedulingPolicy):
         if not state.waiting:
             return None
         max_sequences = max(settings.max_sequences, 1)
-        headroom = min(max(settings.headroom, 0), max_sequences - 1)
+        headroom = min(
+            max(settings.headroom, state.learned_headroom, 0), max_sequences - 1
+        )
         for rank, request in _candidates(state, now):
             lane = request.lane
             if lane is Lane.BACKGROUND:
@@ -189,9 +191,10 @@ def _may_borrow_headroom(state: RunState, rank: float, now: float) -> bool:
 
     With preemption on: when the share ranked it up, or while no voice or interactive work is
     active and no automation waits (automation may not use the headroom, so it must not find
-    background there instead of a slot of its own).
+    background there instead of a slot of its own), unless the foreground's prompts are long: a
+    slot lent to background loses the Assist prompt cached there.
     """
-    if not state.settings.preemption:
+    if not (state.settings.preemption and state.headroom_lendable):
         return False
     return rank == _SHARE_RANK or not (
         foreground_is_active(state, now) or state.queued(Lane.AUTOMATION)

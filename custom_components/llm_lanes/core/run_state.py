@@ -179,6 +179,12 @@ class RunState:
         self.released_total = 0
         self.voice_expected_until = float("-inf")
         """Until when a voice command is announced (``Scheduler.prepare``) but not arrived."""
+        self.learned_headroom = 0
+        """Slots the foreground is usually active on at once while its prompts are long (each
+        keeps its own warm copy of the prompt); the headroom is at least this."""
+        self.headroom_lendable = True
+        """Whether background may borrow the headroom while the foreground is idle: only while
+        the foreground's prompts are cheap to prefill again (a borrowed slot loses its cache)."""
         self.learned_background_limit: int | None = None
         """Most background streams that keep active foreground work within its bound, as learned
         (``batch_cost.py``); None: nothing learned, or no foreground work."""

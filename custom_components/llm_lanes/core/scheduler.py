@@ -41,27 +41,15 @@ import logging
 import time
 
 from .accounting import Accounting
+from .admission import admission
 from .backends.base import Answer, Backend, ChatRequest, StreamChunk, TokenUsage
-from .batch_cost import (
-    BackgroundLimiter,
-    BatchCostModel,
-    PrefillPacer,
-    foreground_lanes,
-)
-from .errors import (
-    BackendHTTPError,
-    LanesError,
-    QueueFullError,
-    QueueTimeoutError,
-    QuotaExceededError,
-    SchedulerClosedError,
-    StreamClosedError,
-)
+from .batch_cost import BatchCostModel
+from .errors import QueueTimeoutError, SchedulerClosedError, StreamClosedError
+from .foreground import ForegroundCare
 from .lanes import Lane
 from .policy import Preempt, create_policy
 from .run_state import QueuedRequest, RunState
-from .settings import QuotaAction, SchedulerSettings
-from .slots import SlotTable, prefix_keys
+from .settings import SchedulerSettings
 from .snapshot import FinishedRequest, GenerateResult, SchedulerSnapshot, build_snapshot
 from .ticket import Ticket
 from .tokens import estimate_prompt_tokens
@@ -104,18 +92,15 @@ class Scheduler:
         self._tickets: dict[int, Ticket] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._cost_model = BatchCostModel(max(self._settings.max_sequences, 8))
-        self._limiter = BackgroundLimiter(self._cost_model)
-        self._pacer = PrefillPacer()
+        self._foreground = ForegroundCare(backend, self._settings)
+        self._foreground.resize(self._state, self._settings)
         self._accounting = Accounting(
             self._settings,
             share=self._state.share,
             window_s=window_s,
             state=self._state,
-            cost_model=self._cost_model,
+            cost_model=self._foreground.cost_model,
         )
-        self._slots: SlotTable | None = None
-        self._resize_slots()
         self._pumps: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -136,22 +121,8 @@ class Scheduler:
         self._state.update_settings(settings)
         self._accounting.update_settings(settings)
         self._policy = create_policy(settings.policy)
-        self._resize_slots()
+        self._foreground.resize(self._state, settings)
         self._dispatch()
-
-    def _resize_slots(self) -> None:
-        """Place requests on the server's slots where it lets us (and says how many it has)."""
-        settings = self._settings
-        slots = settings.server_slots
-        if not self._backend.chooses_slots or not slots:
-            self._slots = None
-            return
-        used = min(slots, max(settings.max_sequences, 1))
-        reserved = max(1, min(settings.headroom, used - 1)) if used > 1 else 0
-        if self._slots is None:
-            self._slots = SlotTable(used, reserved)
-        else:
-            self._slots.resize(used, reserved)
 
     def prepare(
         self, lane: Lane = Lane.VOICE, *, within_s: float = PREPARE_HOLD_S
@@ -164,15 +135,13 @@ class Scheduler:
         """
         if lane is not Lane.VOICE or self._closed:
             return
-        self._state.voice_expected_until = max(
-            self._state.voice_expected_until, self._clock() + within_s
-        )
+        self._foreground.prepare(self._state, self._clock(), within_s)
         self._dispatch()
 
     @property
     def batch_cost(self) -> BatchCostModel:
         """The learned curve of inter-token gap against sequences in flight."""
-        return self._cost_model
+        return self._foreground.cost_model
 
     def add_listener(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` once for every request that leaves the scheduler; return a remover."""
@@ -199,15 +168,16 @@ class Scheduler:
         wait for admission (in seconds from submission) when tighter than the lane's max wait.
         Closing the iterator early (or cancelling the task) frees the slot or queue place at once.
         """
-        submit = partial(
-            self._submit,
-            request,
-            lane=lane,
-            requester=requester,
-            prompt_tokens=prompt_tokens,
-            deadline_s=deadline_s,
+        return self._run(
+            partial(
+                self._submit,
+                request,
+                lane=lane,
+                requester=requester,
+                prompt_tokens=prompt_tokens,
+                deadline_s=deadline_s,
+            )
         )
-        return self._run(submit)
 
     async def generate(
         self,
@@ -220,16 +190,17 @@ class Scheduler:
     ) -> GenerateResult:
         """Run a request to the end and collect its answer."""
         sink: list[FinishedRequest] = []
-        submit = partial(
-            self._submit,
-            request,
-            lane=lane,
-            requester=requester,
-            prompt_tokens=prompt_tokens,
-            deadline_s=deadline_s,
-            sink=sink,
+        submit = partial(self._submit, request, sink=sink)
+        chunks_of = self._run(
+            partial(
+                submit,
+                lane=lane,
+                requester=requester,
+                prompt_tokens=prompt_tokens,
+                deadline_s=deadline_s,
+            )
         )
-        async with contextlib.aclosing(self._run(submit)) as chunks:
+        async with contextlib.aclosing(chunks_of) as chunks:
             answer = Answer.of([chunk async for chunk in chunks])
         record = sink[0]
         return GenerateResult(
@@ -328,9 +299,20 @@ class Scheduler:
             if request.max_tokens is not None
             else self._settings.lanes[lane].default_output_tokens
         )
-        run_lane, error = self._admission(lane, requester, prompt, max_tokens, now)
-        if lane is Lane.VOICE:
-            self._state.voice_expected_until = float("-inf")  # it came
+        run_lane, error = (
+            (lane, SchedulerClosedError())
+            if self._closed
+            else admission(
+                self._settings,
+                self._state,
+                self._accounting.quotas,
+                lane=lane,
+                requester=requester,
+                prompt_tokens=prompt,
+                output_tokens=max_tokens,
+                now=now,
+            )
+        )
         ticket = Ticket(
             queued=QueuedRequest(
                 seq=seq,
@@ -345,7 +327,7 @@ class Scheduler:
             lane_stats=self._accounting.lane_stats[run_lane],
             requester_stats=self._accounting.stats_of(requester),
             sink=sink,
-            keys=prefix_keys(request) if self._slots is not None else None,
+            keys=self._foreground.keys_for(request),
         )
         if error is not None:
             self._accounting.count_rejected(ticket)
@@ -354,35 +336,11 @@ class Scheduler:
                 ticket.finished(now, "rejected", type(error).__name__, limits), sink
             )
             raise error
+        self._foreground.arrived(self._state, self._settings, lane, prompt)
         self._tickets[seq] = ticket
         self._state.push(ticket.queued)
         self._dispatch()
         return ticket
-
-    def _admission(
-        self, lane: Lane, requester: str, prompt: int, max_tokens: int, now: float
-    ) -> tuple[Lane, LanesError | None]:
-        """Return the lane a new request runs in and the error that refuses it (None: queue it)."""
-        settings = self._settings
-        if self._closed:
-            return lane, SchedulerClosedError()
-        breach = settings.lanes[lane].refusal(
-            lane, prompt_tokens=prompt, output_tokens=max_tokens
-        )
-        if breach is not None:
-            return lane, breach
-        quota = settings.quota_for(requester)
-        used = self._accounting.quotas.used(requester, now) if quota > 0 else 0
-        if quota > 0 and used >= quota:
-            if settings.quota_action is QuotaAction.REJECT:
-                return lane, QuotaExceededError(
-                    requester=requester, used=used, quota=quota
-                )
-            lane = Lane.BACKGROUND
-        max_queued = settings.lanes[lane].max_queued
-        if self._state.queued(lane) >= max_queued:
-            return lane, QueueFullError(lane=lane.key, max_queued=max_queued)
-        return lane, None
 
     # --- decisions -----------------------------------------------------------------------------------
 
@@ -403,7 +361,7 @@ class Scheduler:
                         lane=queued.lane.key, waited_s=now - queued.enqueued_at
                     )
                 )
-            self._update_background_limit(now)
+            self._foreground.before_decisions(state, self._settings, now)
             admitted: set[int] = set()
             while (decision := self._policy.choose(state, now)) is not None:
                 if isinstance(decision, Preempt):
@@ -422,25 +380,6 @@ class Scheduler:
         finally:
             self._dispatching = False
         self._arm_timer()
-
-    def _update_background_limit(self, now: float) -> None:
-        state = self._state
-        running = state.running_by_lane
-        lanes = foreground_lanes(
-            running,
-            tuple(state.queued_by_lane),
-            voice_expected=now < state.voice_expected_until,
-        )
-        state.learned_background_limit = self._limiter.update(
-            self._settings,
-            foreground_running=running[Lane.VOICE] + running[Lane.INTERACTIVE],
-            foreground_waiting=state.queued(Lane.VOICE)
-            + state.queued(Lane.INTERACTIVE),
-            others_running=running[Lane.AUTOMATION],
-            background_running=running[Lane.BACKGROUND],
-            foreground_lanes=lanes,
-            now=now,
-        )
 
     def _arm_timer(self) -> None:
         when = self._state.next_expiry()
@@ -471,13 +410,8 @@ class Scheduler:
             ticket.admitted_at = now
         self._accounting.charge_prompt(ticket, now)
         request = ticket.next_attempt()
-        if request is not None and self._slots is not None and ticket.keys is not None:
-            slot = self._slots.assign(
-                queued.seq, queued.lane, ticket.keys, previous=ticket.slot, now=now
-            )
-            if slot is not None:
-                ticket.slot = slot
-                request = replace(request, slot=slot)
+        if request is not None:
+            request = self._foreground.place(ticket, request, now)
         if request is None:
             # Preempted right after its last token: nothing is left to generate.
             self._state.release(queued)
@@ -498,7 +432,7 @@ class Scheduler:
         """Cancel a background stream at the server, keep its output and requeue it at the head."""
         queued = ticket.queued
         self._state.release(queued)
-        self._free_slot(ticket, now, cancelled=True)
+        self._foreground.free(ticket, now, cancelled=True)
         ticket.attempt_live = None
         if ticket.pump is not None:
             ticket.pump.cancel()
@@ -512,13 +446,9 @@ class Scheduler:
 
     def _release_slot(self, ticket: Ticket) -> None:
         if self._state.release(ticket.queued):
-            self._free_slot(ticket, self._clock(), cancelled=False)
+            self._foreground.free(ticket, self._clock(), cancelled=False)
             ticket.attempt_live = None
             self._dispatch()
-
-    def _free_slot(self, ticket: Ticket, now: float, *, cancelled: bool) -> None:
-        if self._slots is not None:
-            self._slots.release(ticket.queued.seq, now, cancelled=cancelled)
 
     # --- the server's side ---------------------------------------------------------------------------
 
@@ -527,7 +457,7 @@ class Scheduler:
         stream: AsyncGenerator[StreamChunk] | None = None
         accounting = self._accounting
         try:
-            await self._prefill_in_steps(ticket, request)
+            await self._foreground.prefill_in_steps(ticket, request, self._settings)
             iterator = self._backend.chat(request)
             if isinstance(iterator, AsyncGenerator):
                 stream = iterator
@@ -562,49 +492,13 @@ class Scheduler:
                 with contextlib.suppress(Exception):
                     await stream.aclose()
 
-    async def _prefill_in_steps(self, ticket: Ticket, request: ChatRequest) -> None:
-        """Prefill a long background prompt into its slot step by step (see ``PrefillPacer``).
-
-        Between two steps a voice command joins the server's next iteration; if the request is
-        preempted meanwhile, what was prefilled stays cached on its slot for its resumption.
-        """
-        backend = self._backend
-        step_s = self._settings.prefill_step_s
-        if (
-            not backend.prefills_in_steps
-            or step_s <= 0
-            or request.slot is None
-            or ticket.queued.lane is not Lane.BACKGROUND
-        ):
-            return
-        step = self._pacer.step_tokens(step_s)
-        steps = -(-ticket.queued.prompt_tokens // step)
-        if steps < 2:
-            return
-        try:
-            text = await backend.render_prompt(request)
-            for index in range(1, steps):
-                done = await backend.prefill(
-                    request.model, text[: len(text) * index // steps], request.slot
-                )
-                self._pacer.observe(done.evaluated_tokens, done.seconds)
-        except BackendHTTPError as err:
-            if err.status not in {404, 405, 501}:
-                raise
-            _LOGGER.info(
-                "%s cannot prefill in steps (HTTP %s); sending prompts whole",
-                backend.base_url,
-                err.status,
-            )
-            backend.prefills_in_steps = False
-
     # --- the end of a request ---------------------------------------------------------------------------
 
     def _leave(self, ticket: Ticket) -> None:
         """Give back the queue place or the slot the request holds; no attempt may deliver now."""
         self._state.remove(ticket.queued)
         if self._state.release(ticket.queued):
-            self._free_slot(ticket, self._clock(), cancelled=True)
+            self._foreground.free(ticket, self._clock(), cancelled=True)
         ticket.attempt_live = None
 
     def _finish(self, ticket: Ticket, outcome: str, error: str | None) -> None:

@@ -9,13 +9,15 @@ import logging
 
 from aiohttp import web
 from freezegun.api import FrozenDateTimeFactory
+from homeassistant.components import conversation
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import entity_registry as er
+from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN, SUBENTRY_CONVERSATION
 from custom_components.llm_lanes.coordinator import (
     WARM_UP_RETRY_INTERVAL,
     ServerCoordinator,
@@ -267,3 +269,46 @@ async def test_model_the_server_does_not_have_is_not_warmed_up(
     assert not server.data.model_loaded
     assert server.warm_ups == 0
     assert unloading_ollama.load_requests == 0
+
+
+async def test_prepare_reloads_an_unloaded_model_at_once(
+    ha_core: HomeAssistant, unloading_ollama: UnloadingOllama
+) -> None:
+    """The Assist pipeline's prepare finds the model unloaded and loads it before the command."""
+    hass = ha_core
+    assert await async_setup_component(hass, "conversation", {})
+    entry = await async_set_up(
+        hass,
+        server_entry(
+            unloading_ollama.url,
+            "ollama",
+            subentries_data=[
+                {
+                    "subentry_type": SUBENTRY_CONVERSATION,
+                    "data": {CONF_MODEL: MODEL},
+                    "subentry_id": "conversation_1",
+                    "title": "Agent",
+                    "unique_id": None,
+                }
+            ],
+        ),
+    )
+    server = entry.runtime_data.server
+    scheduler = entry.runtime_data.scheduler
+    assert unloading_ollama.load_requests == 1
+    unloading_ollama.unload()  # between two polls: the coordinator still thinks it is loaded
+    assert server.data.model_loaded
+    agent_id = er.async_get(hass).async_get_entity_id(
+        "conversation", DOMAIN, f"{entry.entry_id}_conversation_1"
+    )
+    assert agent_id is not None
+    await conversation.async_prepare_agent(hass, agent_id, "en")
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert unloading_ollama.load_requests == 2
+    assert server.data.model_loaded
+    # The scheduler makes room for voice for a while.
+    assert scheduler.snapshot().taken_at < scheduler._state.voice_expected_until
+    # Loaded: a second prepare asks nothing of the server.
+    await conversation.async_prepare_agent(hass, agent_id, "en")
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert unloading_ollama.load_requests == 2

@@ -202,6 +202,23 @@ async def test_run_benchmark_recommends_and_applies(
         response["recommended"]["max_sequences"]
     )
     assert init_integration.options["max_sequences"] == scheduler.settings.max_sequences
+    # Every setting the calibration picks is applied, not only max sequences and the budget.
+    assert set(response["applied"]) == {
+        "max_sequences",
+        "prefill_budget",
+        "headroom",
+        "prefill_guard_tokens",
+    }
+    assert scheduler.settings.prefill_guard_tokens == int(
+        response["recommended"]["prefill_guard_tokens"]
+    )
+    # The curve: in the response, as a chart Home Assistant serves, and as what the scheduler
+    # starts its background limit from.
+    assert [p["sequences"] for p in response["curve"]["points"]] == [1, 2]
+    url = response["curve_plot_url"]
+    chart = Path(hass.config.path("www", url.removeprefix("/local/")))
+    assert chart.read_text().startswith("<svg")
+    assert [p.sequences for p in scheduler.batch_cost.points(0.0)] == [1, 2]
 
 
 async def test_run_benchmark_waits_for_the_quiet_hours(

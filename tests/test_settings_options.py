@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 
@@ -117,7 +117,10 @@ def test_setting_options_name_scheduler_settings() -> None:
     names = {field.name for field in fields(SchedulerSettings)}
     assert set(SETTING_OPTIONS) <= names
     options = {key: getattr(base, key) for key in SETTING_OPTIONS}
-    assert settings_from_options(options, base.max_sequences) == base
+    # The server's slot count is what the scheduler places requests on.
+    assert settings_from_options(options, base.max_sequences) == replace(
+        base, server_slots=base.max_sequences
+    )
 
 
 def test_the_servers_context_caps_every_lane() -> None:

@@ -81,6 +81,16 @@ class LLMLanesConversationEntity(
         conversation.async_unset_agent(self.hass, self.entry)
         await super().async_will_remove_from_hass()
 
+    async def async_prepare(self, language: str | None = None) -> None:
+        """Make room for a command that is coming (the Assist pipeline began speech-to-text).
+
+        The scheduler holds back long background prompts and the background streams beyond the
+        learned limit for a few seconds, and a server that unloaded the model reloads it now.
+        """
+        runtime = self.entry.runtime_data
+        runtime.scheduler.prepare(Lane.VOICE)
+        await runtime.server.async_ensure_model_loaded()
+
     async def _async_handle_message(
         self,
         user_input: conversation.ConversationInput,

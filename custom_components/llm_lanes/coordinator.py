@@ -253,6 +253,25 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
             LOGGER.debug("Server metrics unavailable: %s", err)
             return ServerMetrics()
 
+    async def async_ensure_model_loaded(self) -> None:
+        """Load the model at once if the server has let it go (a command is coming).
+
+        Only servers that unload models (Ollama, LM Studio) are asked; what they hold is read now,
+        not from the last poll, and a failed warm-up's back-off does not apply.
+        """
+        if self.backend.kind not in RESIDENCY_KINDS or self.warming_up:
+            return
+        if self.data is None or self.model not in self.data.info.models:
+            return
+        try:
+            metrics = await self.backend.metrics()
+        except BackendError as err:
+            LOGGER.debug("Cannot tell whether %s is loaded: %s", self.model, err)
+            return
+        if self.model in metrics.loaded_models or self.warming_up:
+            return
+        self._async_start_warm_up(already_loaded=False)
+
     def _async_maybe_warm_up(self, state: ServerState) -> None:
         """Start one background warm-up when the model should be loaded and is not."""
         if self.warming_up or self.model not in state.info.models:
@@ -267,10 +286,13 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
                 and dt_util.utcnow() < self._warm_up_not_before
             ):
                 return
+        self._async_start_warm_up(already_loaded=state.model_loaded)
+
+    def _async_start_warm_up(self, *, already_loaded: bool) -> None:
         self.warm_ups += 1
         self._warm_up_task = self.config_entry.async_create_background_task(
             self.hass,
-            self._async_warm_up(already_loaded=state.model_loaded),
+            self._async_warm_up(already_loaded=already_loaded),
             name=f"{DOMAIN} warm-up {self.model}",
         )
 

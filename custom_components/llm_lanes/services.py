@@ -18,6 +18,7 @@ and may not ``apply`` a benchmark's settings or ``force`` one outside the quiet 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from homeassistant.auth.models import User
@@ -34,10 +35,18 @@ from homeassistant.exceptions import Unauthorized, UnknownUser
 from homeassistant.util import dt as dt_util
 import probatio
 
-from .const import CONF_MODEL, DOMAIN, OPT_MAX_SEQUENCES, OPT_PREFILL_BUDGET
+from .const import (
+    CONF_MODEL,
+    DOMAIN,
+    OPT_HEADROOM,
+    OPT_MAX_SEQUENCES,
+    OPT_PREFILL_BUDGET,
+    OPT_PREFILL_GUARD,
+)
 from .coordinator import LLMLanesConfigEntry
 from .core.backends.base import ChatMessage, ChatRequest
 from .core.bench.calibrate import calibrate
+from .core.bench.curve import svg_plot
 from .core.bench.workload import load_scenario
 from .core.lanes import Lane
 from .core.tokens import estimate_prompt_tokens
@@ -88,7 +97,12 @@ SERVICE_CANCEL_JOB = "cancel_job"
 SERVICE_LIST_JOBS = "list_jobs"
 
 GENERATE_DEFAULT_REQUESTER = "generate"
-APPLIED_SETTINGS = {OPT_MAX_SEQUENCES: int, OPT_PREFILL_BUDGET: int}
+APPLIED_SETTINGS = {
+    OPT_MAX_SEQUENCES: int,
+    OPT_PREFILL_BUDGET: int,
+    OPT_HEADROOM: int,
+    OPT_PREFILL_GUARD: int,
+}
 """Calibrated settings that ``apply`` writes into the entry's options."""
 WAIT_TIMEOUT_S = 900.0
 """The longest ``summarize`` with ``wait`` holds the caller; the job goes on afterwards."""
@@ -272,6 +286,13 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
             model=entry.data[CONF_MODEL],
         )
     response: dict[str, Any] = result.as_response()
+    if result.curve is not None:
+        for point in result.curve.points:
+            if point.itl_p50_s is not None:
+                runtime.scheduler.batch_cost.seed(point.sequences, point.itl_p50_s)
+        response["curve_plot_url"] = await call.hass.async_add_executor_job(
+            _write_curve_plot, call.hass, entry.entry_id, svg_plot(result.curve)
+        )
     applied = {
         key: convert(result.recommended_values[key])
         for key, convert in APPLIED_SETTINGS.items()
@@ -283,6 +304,15 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
         )
     response["applied"] = applied if call.data[ATTR_APPLY] else {}
     return response
+
+
+def _write_curve_plot(hass: HomeAssistant, entry_id: str, svg: str) -> str:
+    """Write the batch curve where Home Assistant serves ``/local`` files; return its URL."""
+    folder = Path(hass.config.path("www", DOMAIN))
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"batch_curve_{entry_id}.svg"
+    (folder / name).write_text(svg, encoding="utf-8")
+    return f"/local/{DOMAIN}/{name}"
 
 
 # --- the jobs ------------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ def settings_from_options(
     settings = replace(
         settings,
         max_sequences=max_sequences,
+        server_slots=server_slots,
         headroom=max(0, min(settings.headroom, max_sequences - 1)),
         # 0 in the form means no cap.
         background_with_voice=int(options.get(OPT_BACKGROUND_WITH_VOICE) or 0) or None,

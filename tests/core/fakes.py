@@ -89,6 +89,7 @@ class FakeBackend(Backend):
     active: list[ServerStream] = field(default_factory=list)
     max_active: int = 0
     kind: ServerKind = ServerKind.OLLAMA
+    chooses_slots: bool = False
 
     async def server_info(self) -> ServerInfo:
         """Describe the fake server."""

@@ -298,3 +298,86 @@ def test_switching_policy_reorders_the_waiting_requests() -> None:
     assert decision.request.seq == 3
     queue.update_settings(replace(lanes, policy=Policy.FIFO))
     assert admit_all(queue) == [1, 2, 3]
+
+
+def test_background_borrows_headroom_only_while_the_foreground_is_idle() -> None:
+    """With preemption on, background takes the last slot while no voice or chat is active."""
+    settings = SchedulerSettings(max_sequences=2, headroom=1, background_share=0)
+    queue = Queue(settings)
+    first, second = entry(1, Lane.BACKGROUND, "j1"), entry(2, Lane.BACKGROUND, "j2")
+    for item in (first, second):
+        queue.push(item)
+    assert queue.choose(0.0) == Admit(first)
+    queue.start(first)
+    assert queue.choose(0.0) == Admit(second)  # the headroom slot, lent
+    queue.start(second)
+    # Voice comes: the borrowed slot is taken back by preemption.
+    queue.push(entry(3, Lane.VOICE, "v"))
+    assert queue.choose(0.0) == Preempt(second)
+
+
+def test_headroom_is_not_lent_while_the_foreground_is_active_or_without_preemption() -> (
+    None
+):
+    """An interactive request streaming, or preemption off: background leaves the headroom."""
+    for settings, foreground in (
+        (SchedulerSettings(max_sequences=3, headroom=1, background_share=0), True),
+        (
+            SchedulerSettings(
+                max_sequences=2, headroom=1, background_share=0, preemption=False
+            ),
+            False,
+        ),
+    ):
+        queue = Queue(settings)
+        if foreground:
+            chat = entry(9, Lane.INTERACTIVE, "u")
+            queue.push(chat)
+            queue.start(chat)
+        running = entry(1, Lane.BACKGROUND, "j1")
+        queue.push(running)
+        queue.start(running)
+        queue.push(entry(2, Lane.BACKGROUND, "j2"))
+        assert queue.choose(0.0) is None
+    # Automation never borrows: nothing takes its slot back.
+    queue = Queue(SchedulerSettings(max_sequences=2, headroom=1))
+    running = entry(1, Lane.AUTOMATION, "a")
+    queue.push(running)
+    queue.start(running)
+    queue.push(entry(2, Lane.AUTOMATION, "b"))
+    assert queue.choose(0.0) is None
+
+
+def test_automation_takes_back_a_slot_background_borrowed() -> None:
+    """Background in every slot (the headroom borrowed): automation gets one, with no loop."""
+    queue = Queue(SchedulerSettings(max_sequences=3, headroom=1, background_share=0))
+    jobs = [entry(seq, Lane.BACKGROUND, f"j{seq}") for seq in (1, 2, 3)]
+    for job in jobs:
+        queue.push(job)
+    for _ in jobs:
+        decision = queue.choose(0.0)
+        assert isinstance(decision, Admit)
+        queue.start(decision.request, decision.rank)
+    for job, done in zip(jobs, (30, 10, 20), strict=True):
+        job.prefilling = False
+        job.output_tokens = done
+    queue.push(entry(4, Lane.AUTOMATION, "a"))
+    decisions = []
+    for _ in range(10):
+        decision = queue.choose(0.0)
+        if decision is None:
+            break
+        decisions.append(decision)
+        if isinstance(decision, Preempt):
+            queue.release(decision.victim)
+            queue.requeue_front(decision.victim, 0.0)
+        else:
+            queue.start(decision.request, decision.rank)
+    # Two background streams make way (the slot freed first is headroom), then automation runs;
+    # the preempted ones do not take the headroom back while automation waited.
+    assert decisions[:3] == [
+        Preempt(jobs[1]),
+        Preempt(jobs[2]),
+        Admit(queue.running[4]),
+    ]
+    assert len(decisions) <= 4

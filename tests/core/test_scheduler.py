@@ -182,13 +182,43 @@ async def test_prefill_budget_and_oversized_request_runs_alone() -> None:
         chat(), lane=Lane.AUTOMATION, requester="a", prompt_tokens=500
     )
     assert big.finished.outcome == "ok"
-    assert backend.max_active == 1
+    assert (
+        backend.max_active == 2
+    )  # the second started once the first one's prompt was done
+    assert [stream.prompt_tokens for stream in backend.streams][-1] == 10
+
+
+async def test_prefill_budget_bounds_prompts_in_prefill_only() -> None:
+    """A request whose first token came no longer holds prefill budget: the next one starts."""
+    gate = asyncio.Event()
+    scheduler, backend, _, _ = make(
+        SchedulerSettings(max_sequences=4, prefill_budget=100, headroom=0)
+    )
+    first = spawn(
+        scheduler,
+        chat(answer_tokens=50, gate=gate),
+        Lane.AUTOMATION,
+        "a",
+        prompt_tokens=80,
+    )
+    second = spawn(
+        scheduler, chat(answer_tokens=50), Lane.AUTOMATION, "b", prompt_tokens=80
+    )
+    await settle()
+    assert len(backend.active) == 1  # both prompts at once would be 160 > 100
+    gate.set()
+    await asyncio.gather(first, second)
+    assert backend.max_active == 2  # the second prefilled while the first decoded
 
 
 async def test_lane_concurrency_cap() -> None:
-    """Background runs at most two at once by default."""
+    """A lane's concurrency cap holds however many slots are free."""
     gate = asyncio.Event()
-    scheduler, _, _, _ = make(SchedulerSettings(max_sequences=8, headroom=0))
+    scheduler, _, _, _ = make(
+        SchedulerSettings(max_sequences=8, headroom=0).with_lane(
+            Lane.BACKGROUND, max_concurrency=2
+        )
+    )
     tasks = [
         spawn(scheduler, chat(gate=gate), Lane.BACKGROUND, "job") for _ in range(4)
     ]
@@ -526,7 +556,7 @@ async def test_snapshot_per_requester_and_background_share() -> None:
     """Requesters show their queue, tokens and quota; the share of background service is reported."""
     gate = asyncio.Event()
     settings = SchedulerSettings(
-        max_sequences=1, headroom=0, requester_quotas={"kid": 1000}
+        max_sequences=1, headroom=0, requester_quotas={"kid": 1000}, preemption=False
     )
     scheduler, _, _, finished = make(settings)
     remove = scheduler.add_listener(lambda record: None)

@@ -89,9 +89,15 @@ async def _run_workload(
     def check(_: ServerStream) -> None:
         active = backend.active
         assert len(active) <= settings.max_sequences
-        assert len(active) == 1 or sum(s.prompt_tokens for s in active) <= budget
+        # The prefill budget bounds the prompts in prefill (no token sent yet), one alone aside.
+        prefilling = [s for s in active if s.tokens_sent == 0]
+        assert (
+            len(prefilling) <= 1 or sum(s.prompt_tokens for s in prefilling) <= budget
+        )
         assert queue.in_flight <= settings.max_sequences
-        assert queue.in_flight <= 1 or queue.prompt_in_flight <= budget
+        assert queue.prefill_in_flight <= queue.prompt_in_flight
+        in_prefill = [r for r in queue.running.values() if r.prefilling]
+        assert len(in_prefill) <= 1 or queue.prefill_in_flight <= budget
         scheduler.tick()
 
     backend.on_start = check
@@ -145,7 +151,12 @@ async def _run_workload(
     assert len(finished) == len(submitted)
     assert len({record.request_id for record in finished}) == len(submitted)
     assert queue.started_total == queue.released_total
-    assert (queue.in_flight, queue.prompt_in_flight, queue.waiting) == (0, 0, 0)
+    assert (
+        queue.in_flight,
+        queue.prompt_in_flight,
+        queue.prefill_in_flight,
+        queue.waiting,
+    ) == (0, 0, 0, 0)
     assert backend.active == []
     assert scheduler._tickets == {}
     # Nobody was admitted after its lane's max wait; timed-out ones waited no longer than one

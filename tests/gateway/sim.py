@@ -98,7 +98,10 @@ class GatewaySim(SimulatedServer):
             }
 
         try:
-            async for piece in self._run(prompt_tokens, plan):
+            seq = self.engine.submit(
+                prompt_tokens, len(plan.pieces), pieces=tuple(plan.pieces)
+            )
+            async for piece in self._run(seq, plan):
                 await send(event(piece, None))
             if ollama:
                 final = event("", None) | {
@@ -131,7 +134,8 @@ class GatewaySim(SimulatedServer):
         )
         started = time.monotonic_ns()
         # One engine step for the batch: embeddings take a slot too.
-        async for _ in self._run(tokens, plan_answer_of_one()):
+        plan = plan_answer_of_one()
+        async for _ in self._run(self.engine.submit(tokens, len(plan.pieces)), plan):
             pass
         vectors = [embedding_of(text) for text in inputs]
         if self.config.kind == "ollama":

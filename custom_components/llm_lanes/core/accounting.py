@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .backends.base import StreamChunk, TokenUsage
+from .batch_cost import BatchCostModel
 from .errors import QueueTimeoutError
 from .lanes import Lane
 from .metrics import GroupStats
 from .quotas import QuotaLedger
-from .run_state import ShareLedger
+from .run_state import RunState, ShareLedger
 from .settings import SchedulerSettings
 from .snapshot import FinishedRequest
 from .ticket import Ticket
@@ -32,6 +33,8 @@ class Accounting:
     """Charges requests on their tickets, the ledgers and the statistics of one server."""
 
     __slots__ = (
+        "_cost_model",
+        "_state",
         "_w_in",
         "_w_out",
         "_window_s",
@@ -42,10 +45,22 @@ class Accounting:
     )
 
     def __init__(
-        self, settings: SchedulerSettings, *, share: ShareLedger, window_s: float
+        self,
+        settings: SchedulerSettings,
+        *,
+        share: ShareLedger,
+        window_s: float,
+        state: RunState | None = None,
+        cost_model: BatchCostModel | None = None,
     ) -> None:
-        """Charge with the weights of ``settings``; ``share`` is the policy's share ledger."""
+        """Charge with the weights of ``settings``; ``share`` is the policy's share ledger.
+
+        With ``state`` and ``cost_model``, every gap also teaches the model how the sequences
+        in flight slow the tokens.
+        """
         self.share = share
+        self._state = state
+        self._cost_model = cost_model
         self.quotas = QuotaLedger()
         """Tokens per requester over the last 24 hours."""
         self.lane_stats = {lane: GroupStats() for lane in Lane}
@@ -91,7 +106,10 @@ class Accounting:
             ticket.lane_stats.output_rate.add(now, tokens, self._window_s)
             ticket.requester_stats.output_rate.add(now, tokens, self._window_s)
         if tokens or chunk.text or chunk.tool_calls:
-            ticket.queued.prefilling = False
+            if self._state is not None:
+                self._state.prefill_done(ticket.queued)
+            else:
+                ticket.queued.prefilling = False
             last = ticket.last_token_at
             if last is None:
                 ticket.first_token_at = now
@@ -100,6 +118,8 @@ class Accounting:
                 ticket.gaps.append(gap)
                 ticket.lane_stats.itl.add(now, gap)
                 ticket.requester_stats.itl.add(now, gap)
+                if self._cost_model is not None and self._state is not None:
+                    self._cost_model.observe(self._state.in_flight, gap)
             ticket.last_token_at = now
         if chunk.text:
             ticket.parts.append(chunk.text)
@@ -119,12 +139,18 @@ class Accounting:
                 ticket.usage_prompt = usage.prompt_tokens
         if usage is not None and ticket.preemptions == 0:
             return chunk
+        cached = evaluated = None
+        if usage is not None and usage.cached_prompt_tokens is not None:
+            cached = ticket.cached_prompt + usage.cached_prompt_tokens
+            evaluated = ticket.evaluated_prompt + usage.prompt_tokens_evaluated
         return replace(
             chunk,
             usage=TokenUsage(
                 ticket.prompt_tokens,
                 ticket.output_tokens,
                 "server" if ticket.token_source == "server" else "estimate",
+                cached_prompt_tokens=cached,
+                evaluated_prompt_tokens=evaluated,
             ),
         )
 
@@ -160,7 +186,13 @@ class Accounting:
 
     @staticmethod
     def count_preempted(ticket: Ticket) -> None:
-        """Count a preemption of the request."""
+        """Count a preemption of the request (and the prompt its stopped attempt evaluated).
+
+        A stopped attempt reports no usage: if it got past its prompt, the server evaluated that
+        prompt (an estimate: part of it may have come from the cache).
+        """
+        if ticket.attempt_output:
+            ticket.evaluated_prompt += ticket.attempt_prompt
         ticket.preemptions += 1
         ticket.lane_stats.preemptions_total += 1
         ticket.requester_stats.preemptions_total += 1

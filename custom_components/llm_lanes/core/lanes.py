@@ -76,7 +76,7 @@ _DEFAULTS = (
     (Lane.VOICE,        8192,   256,         1024,    16,     15.0,      None,    0.5,  0.1),
     (Lane.INTERACTIVE,  8192,   512,         2048,    32,     60.0,      None,    1.0,  0.15),
     (Lane.AUTOMATION,   8192,   512,         2048,    64,     300.0,     None,    5.0,  0.25),
-    (Lane.BACKGROUND,   16384,  1024,        4096,    256,    6 * 3600.0, 2,      60.0, 1.0),
+    (Lane.BACKGROUND,   16384,  1024,        4096,    256,    6 * 3600.0, None,   60.0, 1.0),
 )  # fmt: skip
 
 DEFAULT_LANE_LIMITS: dict[Lane, LaneLimits] = {

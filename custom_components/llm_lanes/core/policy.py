@@ -20,23 +20,28 @@ Order under the ``lanes`` policy, highest first:
 
 Admission limits, checked for the best candidate first:
 
-- ``max_sequences`` sequences in flight, of which ``headroom`` only voice and interactive may take
-  (a background request ranked up by the share may use them while preemption is on: voice takes them
-  back by preemption).
+- ``max_sequences`` sequences in flight, of which ``headroom`` only voice and interactive may take.
+  With preemption on, background borrows them while no voice or interactive work is active (or
+  when the share ranked it up): the foreground takes them back by preemption when it comes, and
+  an idle slot is not left unused for hours of nightly summaries.
 - ``prefill_budget`` prompt tokens in flight; a single larger request runs alone rather than never.
-- A lane's ``max_concurrency`` cap; ``background_paused``; while voice waits or streams, the prefill
-  guard (a background request with a prompt longer than ``prefill_guard_tokens`` waits) and the
-  ``background_with_voice`` cap on background streams.
+- A lane's ``max_concurrency`` cap; ``background_paused``; while voice is active (waiting,
+  streaming, or announced by ``Scheduler.prepare``) the prefill guard: a background request with a
+  prompt longer than ``prefill_guard_tokens`` waits; while voice or interactive work is active,
+  the background limit (``background_limit``: fixed by ``background_with_voice``, else learned in
+  ``batch_cost.py``).
 
 A candidate blocked by something of its own (lane cap, headroom, guard, pause) is skipped and the
 next one is tried; a candidate blocked by the shared capacity (slots, prefill budget) stops the round,
-so lower-ranked work cannot starve it. When that candidate is a voice request and preemption is on,
-the running background stream with the least output is preempted instead.
+so lower-ranked work cannot starve it. When that candidate is of a lane above background and
+preemption is on, the running background stream with the least output is preempted instead:
+background uses what the other lanes leave.
 
-Before any of that, while voice waits or streams (and preemption is on), background makes way: a
+Before any of that (with preemption on), background makes way: while voice is active, a
 background request whose long prompt the server is still prefilling is preempted (it has no output
-to lose, and its prefill iteration would hold up voice's first token and stall its tokens), and so
-is the least-advanced background stream beyond ``background_with_voice``.
+to lose, and its prefill iteration would hold up voice's first token and stall its tokens); while
+voice or interactive work is active, so is the least-advanced background stream beyond the
+background limit.
 
 The ``fifo`` policy serves requests in arrival order under ``max_sequences`` and ``prefill_budget``
 only (what a server does on its own), for comparison. ``create_policy`` returns the policy that
@@ -50,7 +55,7 @@ O(log requesters), independent of the queue length.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .lanes import Lane
 from .run_state import QueuedRequest, RunState
@@ -67,6 +72,8 @@ class Admit:
     """Start this waiting request now."""
 
     request: QueuedRequest
+    rank: float = field(default=0.0, compare=False)
+    """The rank it was admitted at (its lane's, or better by aging or the background share)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +99,17 @@ class SchedulingPolicy(ABC):
 def has_room(state: RunState, request: QueuedRequest) -> bool:
     """Whether the shared capacity takes the request: a free slot and room in the prefill budget.
 
-    An idle server takes any request: one larger than the whole budget runs alone rather than never.
+    The budget bounds the prompt tokens the server prefills at once (vLLM's max batched tokens):
+    a prompt counts from admission to its first token. With nothing in prefill any prompt may
+    start: one larger than the whole budget is prefilled alone rather than never.
     """
     in_flight = state.in_flight
     if not in_flight:
         return True
     settings = state.settings
-    return (
-        in_flight < max(settings.max_sequences, 1)
-        and state.prompt_in_flight + request.prompt_tokens <= settings.prefill_budget
+    return in_flight < max(settings.max_sequences, 1) and (
+        not state.prefill_in_flight
+        or state.prefill_in_flight + request.prompt_tokens <= settings.prefill_budget
     )
 
 
@@ -114,7 +123,7 @@ class FifoPolicy(SchedulingPolicy):
         request = state.first_waiting()
         if request is None or not has_room(state, request):
             return None
-        return Admit(request)
+        return Admit(request, float(request.lane))
 
 
 class LanesPolicy(SchedulingPolicy):
@@ -124,45 +133,82 @@ class LanesPolicy(SchedulingPolicy):
 
     def choose(self, state: RunState, now: float) -> Decision:
         """Decide what happens next: admit a waiting request, preempt a stream, or wait."""
-        if not state.waiting:
-            return None
         settings = state.settings
-        max_sequences = max(settings.max_sequences, 1)
-        headroom = min(max(settings.headroom, 0), max_sequences - 1)
         running_by_lane = state.running_by_lane
-        voice_active = bool(running_by_lane[Lane.VOICE] or state.queued(Lane.VOICE))
-        if voice_active and settings.preemption:
-            victim = _yield_to_voice(state)
+        voice_active = voice_is_active(state, now)
+        limit = background_limit(state, now)
+        if settings.preemption and running_by_lane[Lane.BACKGROUND]:
+            victim = _yield_to_foreground(state, voice_active=voice_active, limit=limit)
             if victim is not None:
                 return Preempt(victim)
+        if not state.waiting:
+            return None
+        max_sequences = max(settings.max_sequences, 1)
+        headroom = min(
+            max(settings.headroom, state.learned_headroom, 0), max_sequences - 1
+        )
         for rank, request in _candidates(state, now):
             lane = request.lane
             if lane is Lane.BACKGROUND:
                 if settings.background_paused:
                     continue
-                if voice_active and (
-                    request.prompt_tokens > settings.prefill_guard_tokens
-                    or _over_voice_cap(state)
+                if (
+                    voice_active
+                    and request.prompt_tokens > settings.prefill_guard_tokens
                 ):
+                    continue
+                if _over_background_limit(state, limit):
                     continue
             cap = settings.lanes[lane].max_concurrency
             if cap is not None and running_by_lane[lane] >= cap:
                 continue
             free = max_sequences - state.in_flight
-            if (
-                lane >= Lane.AUTOMATION
-                and 0 < free <= headroom
-                and not (rank == _SHARE_RANK and settings.preemption)
-            ):
-                continue
+            if lane >= Lane.AUTOMATION and 0 < free <= headroom:
+                if lane is Lane.BACKGROUND:
+                    if not _may_borrow_headroom(state, rank, now):
+                        continue
+                else:
+                    # Automation may not take the headroom; what background borrowed of the
+                    # other slots it takes back.
+                    victim = (
+                        _least_advanced(state, rank) if settings.preemption else None
+                    )
+                    if victim is not None:
+                        return Preempt(victim)
+                    continue
             if not has_room(state, request):
-                if lane is Lane.VOICE and settings.preemption:
-                    victim = _victim(state, request)
+                if lane is not Lane.BACKGROUND and settings.preemption:
+                    victim = _victim(state, request, rank)
                     if victim is not None:
                         return Preempt(victim)
                 return None
-            return Admit(request)
+            return Admit(request, rank)
         return None
+
+
+def _may_borrow_headroom(state: RunState, rank: float, now: float) -> bool:
+    """Whether background may take a headroom slot now (the foreground takes it back later).
+
+    With preemption on: when the share ranked it up, or while no voice or interactive work is
+    active and no automation waits (automation may not use the headroom, so it must not find
+    background there instead of a slot of its own), unless the foreground's prompts are long: a
+    slot lent to background loses the Assist prompt cached there.
+    """
+    if not (state.settings.preemption and state.headroom_lendable):
+        return False
+    return rank == _SHARE_RANK or not (
+        foreground_is_active(state, now) or state.queued(Lane.AUTOMATION)
+    )
+
+
+def _least_advanced(state: RunState, rank: float) -> QueuedRequest | None:
+    """Return the background stream with the least output of those admitted below ``rank``."""
+    victims = [
+        r
+        for r in state.running.values()
+        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank
+    ]
+    return min(victims, key=lambda r: (r.output_tokens, -r.seq)) if victims else None
 
 
 def _candidates(state: RunState, now: float) -> list[tuple[float, QueuedRequest]]:
@@ -189,47 +235,87 @@ def _candidates(state: RunState, now: float) -> list[tuple[float, QueuedRequest]
     return [(rank, request) for rank, _, _, request in ranked]
 
 
-def _over_voice_cap(state: RunState) -> bool:
-    """Whether background already runs as many streams as it may while voice is active."""
-    cap = state.settings.background_with_voice
-    return cap is not None and state.running_by_lane[Lane.BACKGROUND] >= cap
+def voice_is_active(state: RunState, now: float) -> bool:
+    """Whether voice waits, streams, or has been announced (``Scheduler.prepare``)."""
+    return bool(
+        state.running_by_lane[Lane.VOICE]
+        or state.queued(Lane.VOICE)
+        or now < state.voice_expected_until
+    )
 
 
-def _yield_to_voice(state: RunState) -> QueuedRequest | None:
-    """Pick a background stream that must make way for active voice work, if any.
+def foreground_is_active(state: RunState, now: float) -> bool:
+    """Whether voice is active or an interactive request waits or streams."""
+    return bool(
+        voice_is_active(state, now)
+        or state.running_by_lane[Lane.INTERACTIVE]
+        or state.queued(Lane.INTERACTIVE)
+    )
 
-    First a background request whose long prompt the server is still prefilling: it has no
-    output to lose, and an iteration that prefills it would delay voice's first token (and
-    stall voice's tokens) by the whole prompt. Then, while background runs more streams than
-    ``background_with_voice``, the least-advanced one (decode time grows with the streams).
+
+def background_limit(state: RunState, now: float) -> int | None:
+    """Return the most background streams allowed beside active foreground work (None: no limit).
+
+    ``background_with_voice`` fixes it; otherwise it is what ``batch_cost.py`` learned.
+    """
+    if not foreground_is_active(state, now):
+        return None
+    fixed = state.settings.background_with_voice
+    return fixed if fixed is not None else state.learned_background_limit
+
+
+def _over_background_limit(state: RunState, limit: int | None) -> bool:
+    """Whether background already runs as many streams as it may beside foreground work."""
+    return limit is not None and state.running_by_lane[Lane.BACKGROUND] >= limit
+
+
+def _yield_to_foreground(
+    state: RunState, *, voice_active: bool, limit: int | None
+) -> QueuedRequest | None:
+    """Pick a background stream that must make way for active foreground work, if any.
+
+    While voice is active, first a background request whose long prompt the server is still
+    prefilling: it has no output to lose, and an iteration that prefills it would delay voice's
+    first token (and stall voice's tokens) by the whole prompt. Then, while background runs more
+    streams than its limit beside voice or interactive work, the least-advanced one (every
+    extra sequence in the batch slows the foreground's tokens).
     """
     background = [r for r in state.running.values() if r.lane is Lane.BACKGROUND]
     if not background:
         return None
-    settings = state.settings
-    guard = settings.prefill_guard_tokens
-    prefilling = [r for r in background if r.prefilling and r.prompt_tokens > guard]
-    if prefilling:
-        return max(prefilling, key=lambda r: (r.prompt_tokens, r.seq))
-    cap = settings.background_with_voice
-    if cap is not None and len(background) > cap:
+    if voice_active:
+        guard = state.settings.prefill_guard_tokens
+        prefilling = [r for r in background if r.prefilling and r.prompt_tokens > guard]
+        if prefilling:
+            return max(prefilling, key=lambda r: (r.prompt_tokens, r.seq))
+    if limit is not None and len(background) > limit:
         return min(background, key=lambda r: (r.output_tokens, -r.seq))
     return None
 
 
-def _victim(state: RunState, request: QueuedRequest) -> QueuedRequest | None:
-    """Pick the background stream to preempt for a voice request, if that lets it run."""
-    victims = [r for r in state.running.values() if r.lane is Lane.BACKGROUND]
-    if not victims:
-        return None
+def _victim(
+    state: RunState, request: QueuedRequest, rank: float
+) -> QueuedRequest | None:
+    """Pick the background stream to preempt for a higher lane's request, if that lets it run.
+
+    Only streams admitted below ``rank``: background that aging or its share lifted over a lane
+    keeps its slot against that lane (voice takes any).
+    """
     settings = state.settings
-    if state.in_flight < max(settings.max_sequences, 1):
-        # Blocked by the prefill budget: preempt only if dropping background makes it fit.
-        others = state.prompt_in_flight - sum(r.prompt_tokens for r in victims)
-        if len(victims) < state.in_flight and others + request.prompt_tokens > (
-            settings.prefill_budget
-        ):
-            return None
+    if state.in_flight >= max(settings.max_sequences, 1):
+        return _least_advanced(state, rank)
+    # Blocked by the prefill budget: only background prompts still in prefill are in the way,
+    # and preempting them helps only if the request fits once they are gone.
+    victims = [
+        r
+        for r in state.running.values()
+        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank and r.prefilling
+    ]
+    others = state.prefill_in_flight - sum(r.prompt_tokens for r in victims)
+    if not victims or (
+        others and others + request.prompt_tokens > settings.prefill_budget
+    ):
+        return None
     return min(victims, key=lambda r: (r.output_tokens, -r.seq))
 
 

@@ -6,8 +6,11 @@ This is the bookkeeping the policy (``policy.py``) decides on; it decides nothin
   (for aging) and per requester (for fairness), plus one arrival order across lanes (for ``fifo``);
 - per lane, a heap of backlogged requesters keyed by their Virtual Token Counter, and the counters;
 - the expiry heap of the waiting requests' wait limits;
-- the running requests, the slots and the prompt tokens they hold;
-- the background share's sliding window of weighted service.
+- the running requests, the slots and the prompt tokens they hold (and of those, the prompts the
+  server is still prefilling);
+- the background share's sliding window of weighted service;
+- what the scheduler tells it of the near future: an announced voice command and the learned
+  limit on background streams beside foreground work.
 
 Cost: per-lane per-requester FIFOs, one heap of backlogged requesters per lane keyed by counter
 (stale keys re-keyed lazily, since counters only grow), lazy deletion everywhere: a departed
@@ -51,6 +54,8 @@ class QueuedRequest:
     """Progress so far, used to pick the least-advanced stream to preempt."""
     prefilling: bool = False
     """Running, and its current attempt has produced no token yet (the server is on its prompt)."""
+    admitted_rank: float = 0.0
+    """The rank the policy admitted it at (its lane, or better by aging or the share)."""
 
 
 class VirtualCounters:
@@ -162,12 +167,27 @@ class RunState:
         self.waiting = 0
         self.in_flight = 0
         self.prompt_in_flight = 0
+        """Prompt tokens of the running requests."""
+        self.prefill_in_flight = 0
+        """Prompt tokens of the running requests the server is still prefilling (no token yet):
+        what the prefill budget bounds."""
         self.queued_by_lane = [0] * len(_LANES)
         """Waiting requests per lane (indexed by ``Lane``)."""
         self.running_by_lane = [0] * len(_LANES)
         self.running: dict[int, QueuedRequest] = {}
         self.started_total = 0
         self.released_total = 0
+        self.voice_expected_until = float("-inf")
+        """Until when a voice command is announced (``Scheduler.prepare``) but not arrived."""
+        self.learned_headroom = 0
+        """Slots the foreground is usually active on at once while its prompts are long (each
+        keeps its own warm copy of the prompt); the headroom is at least this."""
+        self.headroom_lendable = True
+        """Whether background may borrow the headroom while the foreground is idle: only while
+        the foreground's prompts are cheap to prefill again (a borrowed slot loses its cache)."""
+        self.learned_background_limit: int | None = None
+        """Most background streams that keep active foreground work within its bound, as learned
+        (``batch_cost.py``); None: nothing learned, or no foreground work."""
 
     # --- settings -------------------------------------------------------------------------------
 
@@ -278,9 +298,13 @@ class RunState:
 
     # --- running requests ----------------------------------------------------------------------------
 
-    def start(self, request: QueuedRequest) -> None:
-        """Admit a request the policy chose: it leaves the queue and takes its slot."""
+    def start(self, request: QueuedRequest, rank: float | None = None) -> None:
+        """Admit a request the policy chose: it leaves the queue and takes its slot.
+
+        ``rank`` is what the policy admitted it at (its lane's when not given).
+        """
         self.remove(request)
+        request.admitted_rank = float(request.lane) if rank is None else rank
         self._lanes[request.lane].last_counter = self.counters.lane(request.lane).get(
             request.requester, 0.0
         )
@@ -288,6 +312,7 @@ class RunState:
         request.prefilling = True
         self.in_flight += 1
         self.prompt_in_flight += request.prompt_tokens
+        self.prefill_in_flight += request.prompt_tokens
         self.running_by_lane[request.lane] += 1
         self.running[request.seq] = request
         self.started_total += 1
@@ -297,13 +322,19 @@ class RunState:
         if not request.running:
             return False
         request.running = False
-        request.prefilling = False
+        self.prefill_done(request)
         self.in_flight -= 1
         self.prompt_in_flight -= request.prompt_tokens
         self.running_by_lane[request.lane] -= 1
         del self.running[request.seq]
         self.released_total += 1
         return True
+
+    def prefill_done(self, request: QueuedRequest) -> None:
+        """Mark a running request's prompt done (the server sent its first token)."""
+        if request.prefilling:
+            request.prefilling = False
+            self.prefill_in_flight -= request.prompt_tokens
 
     # --- what the policy reads ---------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ Contract:
     result = await scheduler.generate(chat_request, lane=Lane.AUTOMATION, requester="automation.x")
     scheduler.snapshot() -> SchedulerSnapshot
     scheduler.update_settings(settings)
+    scheduler.prepare()                          # a voice command is coming: make room now
     remove = scheduler.add_listener(callback)   # callback(FinishedRequest), called once per request
     await scheduler.close()                      # every waiting/running caller gets SchedulerClosedError
 
@@ -18,6 +19,10 @@ counters, background share, metrics) and hands the chunks to the caller through 
 channel. Preempting a stream cancels its pump (which closes the backend stream, cancelling it at
 the server) and requeues the request; its next pump sends the kept text back as an assistant
 prefix, and the caller keeps reading the same channel, so it sees one seamless stream.
+
+Where the server lets clients choose the slot, every attempt is placed by ``slots.py`` (prompt
+caches kept warm). Every streamed gap feeds ``batch_cost.py``'s curve of how the batch size slows
+tokens, and before each decision the learned background limit is brought up to date.
 
 Timing comes from ``clock``. Queue-wait limits are enforced whenever the scheduler decides (arrivals,
 releases) and by a timer; code that drives a fake clock (tests, the simulator) calls ``tick`` after
@@ -36,19 +41,15 @@ import logging
 import time
 
 from .accounting import Accounting
+from .admission import admission
 from .backends.base import Answer, Backend, ChatRequest, StreamChunk, TokenUsage
-from .errors import (
-    LanesError,
-    QueueFullError,
-    QueueTimeoutError,
-    QuotaExceededError,
-    SchedulerClosedError,
-    StreamClosedError,
-)
+from .batch_cost import BatchCostModel
+from .errors import QueueTimeoutError, SchedulerClosedError, StreamClosedError
+from .foreground import ForegroundCare
 from .lanes import Lane
 from .policy import Preempt, create_policy
 from .run_state import QueuedRequest, RunState
-from .settings import QuotaAction, SchedulerSettings
+from .settings import SchedulerSettings
 from .snapshot import FinishedRequest, GenerateResult, SchedulerSnapshot, build_snapshot
 from .ticket import Ticket
 from .tokens import estimate_prompt_tokens
@@ -59,6 +60,8 @@ type Listener = Callable[[FinishedRequest], None]
 
 DEFAULT_WINDOW_S = 300.0
 """Sliding window of the metrics in snapshots."""
+PREPARE_HOLD_S = 10.0
+"""How long an announced voice command keeps room made for it (speech-to-text takes seconds)."""
 
 
 class Scheduler:
@@ -89,8 +92,14 @@ class Scheduler:
         self._tickets: dict[int, Ticket] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
+        self._foreground = ForegroundCare(backend, self._settings)
+        self._foreground.resize(self._state, self._settings)
         self._accounting = Accounting(
-            self._settings, share=self._state.share, window_s=window_s
+            self._settings,
+            share=self._state.share,
+            window_s=window_s,
+            state=self._state,
+            cost_model=self._foreground.cost_model,
         )
         self._pumps: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,7 +121,27 @@ class Scheduler:
         self._state.update_settings(settings)
         self._accounting.update_settings(settings)
         self._policy = create_policy(settings.policy)
+        self._foreground.resize(self._state, settings)
         self._dispatch()
+
+    def prepare(
+        self, lane: Lane = Lane.VOICE, *, within_s: float = PREPARE_HOLD_S
+    ) -> None:
+        """Make room for a voice command announced before its text (a wake word was heard).
+
+        For ``within_s`` seconds (or until the command arrives) the scheduler acts as if voice
+        were waiting: long background prompts wait, background prefills and the streams beyond the
+        learned limit make way. Other lanes need no preparing.
+        """
+        if lane is not Lane.VOICE or self._closed:
+            return
+        self._foreground.prepare(self._state, self._clock(), within_s)
+        self._dispatch()
+
+    @property
+    def batch_cost(self) -> BatchCostModel:
+        """The learned curve of inter-token gap against sequences in flight."""
+        return self._foreground.cost_model
 
     def add_listener(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` once for every request that leaves the scheduler; return a remover."""
@@ -139,15 +168,16 @@ class Scheduler:
         wait for admission (in seconds from submission) when tighter than the lane's max wait.
         Closing the iterator early (or cancelling the task) frees the slot or queue place at once.
         """
-        submit = partial(
-            self._submit,
-            request,
-            lane=lane,
-            requester=requester,
-            prompt_tokens=prompt_tokens,
-            deadline_s=deadline_s,
+        return self._run(
+            partial(
+                self._submit,
+                request,
+                lane=lane,
+                requester=requester,
+                prompt_tokens=prompt_tokens,
+                deadline_s=deadline_s,
+            )
         )
-        return self._run(submit)
 
     async def generate(
         self,
@@ -160,16 +190,17 @@ class Scheduler:
     ) -> GenerateResult:
         """Run a request to the end and collect its answer."""
         sink: list[FinishedRequest] = []
-        submit = partial(
-            self._submit,
-            request,
-            lane=lane,
-            requester=requester,
-            prompt_tokens=prompt_tokens,
-            deadline_s=deadline_s,
-            sink=sink,
+        submit = partial(self._submit, request, sink=sink)
+        chunks_of = self._run(
+            partial(
+                submit,
+                lane=lane,
+                requester=requester,
+                prompt_tokens=prompt_tokens,
+                deadline_s=deadline_s,
+            )
         )
-        async with contextlib.aclosing(self._run(submit)) as chunks:
+        async with contextlib.aclosing(chunks_of) as chunks:
             answer = Answer.of([chunk async for chunk in chunks])
         record = sink[0]
         return GenerateResult(
@@ -268,7 +299,20 @@ class Scheduler:
             if request.max_tokens is not None
             else self._settings.lanes[lane].default_output_tokens
         )
-        run_lane, error = self._admission(lane, requester, prompt, max_tokens, now)
+        run_lane, error = (
+            (lane, SchedulerClosedError())
+            if self._closed
+            else admission(
+                self._settings,
+                self._state,
+                self._accounting.quotas,
+                lane=lane,
+                requester=requester,
+                prompt_tokens=prompt,
+                output_tokens=max_tokens,
+                now=now,
+            )
+        )
         ticket = Ticket(
             queued=QueuedRequest(
                 seq=seq,
@@ -283,6 +327,7 @@ class Scheduler:
             lane_stats=self._accounting.lane_stats[run_lane],
             requester_stats=self._accounting.stats_of(requester),
             sink=sink,
+            keys=self._foreground.keys_for(request),
         )
         if error is not None:
             self._accounting.count_rejected(ticket)
@@ -291,35 +336,11 @@ class Scheduler:
                 ticket.finished(now, "rejected", type(error).__name__, limits), sink
             )
             raise error
+        self._foreground.arrived(self._state, self._settings, lane, prompt)
         self._tickets[seq] = ticket
         self._state.push(ticket.queued)
         self._dispatch()
         return ticket
-
-    def _admission(
-        self, lane: Lane, requester: str, prompt: int, max_tokens: int, now: float
-    ) -> tuple[Lane, LanesError | None]:
-        """Return the lane a new request runs in and the error that refuses it (None: queue it)."""
-        settings = self._settings
-        if self._closed:
-            return lane, SchedulerClosedError()
-        breach = settings.lanes[lane].refusal(
-            lane, prompt_tokens=prompt, output_tokens=max_tokens
-        )
-        if breach is not None:
-            return lane, breach
-        quota = settings.quota_for(requester)
-        used = self._accounting.quotas.used(requester, now) if quota > 0 else 0
-        if quota > 0 and used >= quota:
-            if settings.quota_action is QuotaAction.REJECT:
-                return lane, QuotaExceededError(
-                    requester=requester, used=used, quota=quota
-                )
-            lane = Lane.BACKGROUND
-        max_queued = settings.lanes[lane].max_queued
-        if self._state.queued(lane) >= max_queued:
-            return lane, QueueFullError(lane=lane.key, max_queued=max_queued)
-        return lane, None
 
     # --- decisions -----------------------------------------------------------------------------------
 
@@ -340,17 +361,33 @@ class Scheduler:
                         lane=queued.lane.key, waited_s=now - queued.enqueued_at
                     )
                 )
+            self._foreground.before_decisions(state, self._settings, now)
+            admitted: set[int] = set()
             while (decision := self._policy.choose(state, now)) is not None:
                 if isinstance(decision, Preempt):
-                    self._preempt(self._tickets[decision.victim.seq], now)
+                    seq = decision.victim.seq
+                    if seq in admitted:
+                        # Admitting and preempting the same request in one round would go on
+                        # for ever: a policy bug, stopped here rather than hanging the loop.
+                        _LOGGER.error(
+                            "policy loop on request %s; decisions stopped", seq
+                        )
+                        break
+                    self._preempt(self._tickets[seq], now)
                 else:
-                    self._start(self._tickets[decision.request.seq], now)
+                    admitted.add(decision.request.seq)
+                    self._start(self._tickets[decision.request.seq], now, decision.rank)
         finally:
             self._dispatching = False
         self._arm_timer()
 
     def _arm_timer(self) -> None:
         when = self._state.next_expiry()
+        expected = self._state.voice_expected_until
+        if expected > self._clock() and (when is None or expected < when):
+            when = (
+                expected  # an announced command that did not come: let background go on
+            )
         if when == self._timer_at:
             return
         if self._timer is not None:
@@ -363,16 +400,18 @@ class Scheduler:
         self._timer = self._loop.call_later(delay, self.tick)
         self._timer_at = when
 
-    def _start(self, ticket: Ticket, now: float) -> None:
+    def _start(self, ticket: Ticket, now: float, rank: float) -> None:
         """Admit a request: take its slot, charge its prompt, start the pump for this attempt."""
         queued = ticket.queued
-        self._state.start(queued)
+        self._state.start(queued, rank)
         ticket.attempts += 1
         ticket.attempt_live = ticket.attempts
         if ticket.admitted_at is None:
             ticket.admitted_at = now
         self._accounting.charge_prompt(ticket, now)
         request = ticket.next_attempt()
+        if request is not None:
+            request = self._foreground.place(ticket, request, now)
         if request is None:
             # Preempted right after its last token: nothing is left to generate.
             self._state.release(queued)
@@ -393,6 +432,7 @@ class Scheduler:
         """Cancel a background stream at the server, keep its output and requeue it at the head."""
         queued = ticket.queued
         self._state.release(queued)
+        self._foreground.free(ticket, now, cancelled=True)
         ticket.attempt_live = None
         if ticket.pump is not None:
             ticket.pump.cancel()
@@ -406,6 +446,7 @@ class Scheduler:
 
     def _release_slot(self, ticket: Ticket) -> None:
         if self._state.release(ticket.queued):
+            self._foreground.free(ticket, self._clock(), cancelled=False)
             ticket.attempt_live = None
             self._dispatch()
 
@@ -416,13 +457,17 @@ class Scheduler:
         stream: AsyncGenerator[StreamChunk] | None = None
         accounting = self._accounting
         try:
+            await self._foreground.prefill_in_steps(ticket, request, self._settings)
             iterator = self._backend.chat(request)
             if isinstance(iterator, AsyncGenerator):
                 stream = iterator
             async for chunk in iterator:
                 if ticket.attempt_live != attempt:
                     return
+                prefilling = ticket.queued.prefilling
                 accounting.charge_chunk(ticket, chunk, self._clock())
+                if prefilling and not ticket.queued.prefilling and self._state.waiting:
+                    self._dispatch()  # its prompt left the prefill budget
                 if chunk.done:
                     final = accounting.settle(ticket, chunk)
                     self._release_slot(ticket)
@@ -452,7 +497,8 @@ class Scheduler:
     def _leave(self, ticket: Ticket) -> None:
         """Give back the queue place or the slot the request holds; no attempt may deliver now."""
         self._state.remove(ticket.queued)
-        self._state.release(ticket.queued)
+        if self._state.release(ticket.queued):
+            self._foreground.free(ticket, self._clock(), cancelled=True)
         ticket.attempt_live = None
 
     def _finish(self, ticket: Ticket, outcome: str, error: str | None) -> None:

@@ -54,9 +54,19 @@ class SchedulerSettings:
     server is still prefilling is preempted (with preemption on). A home GPU prefills 512 tokens of
     an 8B model in about 80 ms, within voice's 100 ms inter-token objective."""
     background_with_voice: int | None = None
-    """Most background streams while voice waits or streams (extra ones are preempted, with
-    preemption on); None: no cap. On servers whose decode time grows with the batch (CPUs), a
-    lower cap keeps voice's inter-token latency near idle at little cost to background."""
+    """Most background streams while voice or interactive requests wait or stream (extra ones are
+    preempted, with preemption on); None: learned (``batch_cost.py``): as many as keep the
+    foreground's tokens within ``foreground_slowdown`` of their speed alone and within their
+    lane's inter-token objective."""
+    foreground_slowdown: float = 1.5
+    """How much slower than alone voice and interactive tokens may come because background
+    streams share the server's batch (the learned background limit keeps within it)."""
+    prefill_step_s: float = 0.025
+    """Where the server can prefill a prompt into a slot in steps (llama.cpp), background prompts
+    longer than a step are prefilled in steps of about this long (the step size is learned), so
+    a voice command never waits behind a whole long prompt; 0: off."""
+    server_slots: int | None = None
+    """Slots the server has, where it says (llama.cpp); the scheduler places requests on them."""
     input_weight: float = 1.0
     """Virtual Token Counter weight of a prompt token."""
     output_weight: float = 2.0

@@ -15,6 +15,7 @@ from .backends.base import ChatRequest, StreamChunk
 from .lanes import LaneLimits
 from .metrics import GroupStats, request_itl_p95
 from .run_state import QueuedRequest
+from .slots import PrefixKeys
 from .snapshot import FinishedRequest
 
 
@@ -73,10 +74,13 @@ class Ticket:
         "attempt_output",
         "attempt_prompt",
         "attempts",
+        "cached_prompt",
+        "evaluated_prompt",
         "channel",
         "counters",
         "first_token_at",
         "gaps",
+        "keys",
         "lane_stats",
         "last_token_at",
         "left_queue_at",
@@ -90,6 +94,7 @@ class Ticket:
         "request",
         "requester_stats",
         "sink",
+        "slot",
         "token_source",
         "usage_prompt",
     )
@@ -103,6 +108,7 @@ class Ticket:
         lane_stats: GroupStats,
         requester_stats: GroupStats,
         sink: list[FinishedRequest] | None,
+        keys: PrefixKeys | None = None,
     ) -> None:
         """Open a ticket for a request as it arrives."""
         self.queued = queued
@@ -116,6 +122,10 @@ class Ticket:
         self.requester_stats = requester_stats
         self.sink = sink
         """Where ``generate`` collects the finished record (None for streams)."""
+        self.keys = keys
+        """What its prompt shares with others (for slot placement; None: not placed)."""
+        self.slot: int | None = None
+        """The server slot its last attempt ran on."""
         self.channel = ChunkChannel()
         self.admitted_at: float | None = None
         self.left_queue_at: float | None = None
@@ -133,6 +143,9 @@ class Ticket:
         self.output_adjust = 0
         """Server-reported output tokens minus those counted while streaming."""
         self.usage_prompt: int | None = None
+        self.cached_prompt = 0
+        self.evaluated_prompt = 0
+        """Prompt tokens earlier, preempted attempts took from the cache and evaluated."""
         self.token_source = "estimate"
         self.preemptions = 0
         self.pump: asyncio.Task[None] | None = None

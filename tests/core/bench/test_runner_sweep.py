@@ -151,9 +151,18 @@ async def test_calibrate_recommends_and_skips_impossible_settings(
         time_scale=5,
     )
     assert [row["settings"] for row in result.rows] == [{"max_sequences": "1"}]
-    assert result.recommended_values == {"max_sequences": "1"}
+    values = result.recommended_values
+    assert (values["max_sequences"], values["headroom"]) == ("1", "0")
+    # The simulator prefills about 6,700 tokens/s: about 670 within voice's 100 ms objective.
+    assert 400 <= int(values["prefill_guard_tokens"]) <= 1000
     assert result.recommended.max_sequences == 1
+    assert result.curve is not None
+    assert [point.sequences for point in result.curve.points] == [1, 2]
+    one, two = result.curve.points
+    assert two.output_tok_s > one.output_tok_s  # a GPU-like server: batching pays
     response = result.as_response()
+    assert response["curve"]["knee"] in {1, 2}
+    assert "seq" in response["curve_plot"]
     assert json.loads(json.dumps(response)) == response
     assert "nothing to trade" in response["explanation"]
 

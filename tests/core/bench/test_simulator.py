@@ -16,6 +16,7 @@ from custom_components.llm_lanes.core.backends.base import (
     ServerKind,
 )
 from custom_components.llm_lanes.core.backends.detect import connect, detect_server_kind
+from custom_components.llm_lanes.core.bench.prefill_delay import measure_prefill_delay
 from custom_components.llm_lanes.core.bench.sim_engine import Engine, EngineCosts
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 
@@ -61,7 +62,10 @@ async def test_openai_stream_shape(
         "prompt_tokens": 104,
         "completion_tokens": 12,
         "total_tokens": 116,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
+    # llama.cpp says in the last choice chunk what it evaluated and took from its cache.
+    assert events[-2]["timings"] == {"cache_n": 0, "prompt_n": 104, "predicted_n": 12}
 
 
 async def test_openai_non_stream_and_models(
@@ -272,3 +276,18 @@ def test_speed_must_be_positive() -> None:
     """A zero speed factor is refused."""
     with pytest.raises(ValueError, match="speed"):
         SimulatedServer(SimConfig(speed=0))
+
+
+async def test_prefill_delay_measures_the_wait_behind_a_long_prompt(
+    start_sim: StartSim, session: aiohttp.ClientSession
+) -> None:
+    """Beside a long prefill done in one pass, a short request waits for the pass."""
+    sim = await start_sim(SimConfig(speed=10))
+    backend = await connect(session, sim.url)
+    delay = await measure_prefill_delay(
+        backend, SimConfig().model, samples=4, background_words=1500
+    )
+    assert delay.samples == 4
+    assert delay.background_prefill_s is not None
+    assert delay.idle_p95_s is not None and delay.loaded_p95_s is not None
+    assert delay.loaded_p95_s > delay.idle_p95_s

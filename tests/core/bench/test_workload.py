@@ -213,6 +213,7 @@ def test_builtin_scenarios_load() -> None:
         "rag_heavy",
         "automation_burst",
         "voice_vs_background",
+        "assist_evening",
     } <= names
     for name in names:
         scenario = load_scenario(name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 import json
 from types import ModuleType
 from typing import Any
@@ -70,7 +71,12 @@ def test_stream_round_trip(
     writer = encoder()
     data = b"".join(writer.encode(chunk) for chunk in CHUNKS)
     chunks = read_back(protocol.StreamDecoder(REQUESTS[0], "http://server"), data)
-    assert Answer.of(chunks) == Answer.of(CHUNKS)
+    # Ollama's prompt count is what it evaluated: the decoder says so, the rest is the same.
+    decoded = Answer.of(chunks)
+    assert decoded.usage is not None
+    assert replace(
+        decoded, usage=replace(decoded.usage, evaluated_prompt_tokens=None)
+    ) == Answer.of(CHUNKS)
     assert [chunk.text for chunk in chunks if chunk.text] == ["It", " is", " sunny."]
 
 

@@ -74,6 +74,9 @@ class ChatRequest:
     the server continues it. Chunks then carry only the new text."""
     priority: int | None = None
     """Server-side priority (vLLM ``--scheduling-policy priority``; lower runs first)."""
+    slot: int | None = None
+    """The server slot to run on, chosen by the scheduler where the server lets clients choose
+    (llama.cpp's ``id_slot``); the slot keeps the prompt in its cache for the next request."""
     options: dict[str, Any] = field(default_factory=dict)
     """Extra server-specific sampling options, passed through."""
 
@@ -107,6 +110,19 @@ class TokenUsage:
     prompt_tokens: int
     output_tokens: int
     source: Literal["server", "estimate"]
+    cached_prompt_tokens: int | None = None
+    """Prompt tokens the server took from its prompt cache instead of evaluating them (llama.cpp
+    ``timings.cache_n``, vLLM ``prompt_tokens_details.cached_tokens``); None where it does not say."""
+    evaluated_prompt_tokens: int | None = None
+    """Prompt tokens the server evaluated, over every attempt of a request that was preempted and
+    resumed (its resumptions' prompts included); None: ``prompt_tokens`` minus the cached ones."""
+
+    @property
+    def prompt_tokens_evaluated(self) -> int:
+        """Prompt tokens the server evaluated (all of them where it reports no cache use)."""
+        if self.evaluated_prompt_tokens is not None:
+            return self.evaluated_prompt_tokens
+        return self.prompt_tokens - (self.cached_prompt_tokens or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +213,14 @@ class ServerMetrics:
     output_tokens_total: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PrefillStep:
+    """What one prefill step cost the server."""
+
+    evaluated_tokens: int
+    seconds: float
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackendTimeouts:
     """How long a backend waits for the server before it gives up with a typed error."""
@@ -218,6 +242,11 @@ class Backend(ABC):
 
     kind: ServerKind
     base_url: str
+    chooses_slots: bool = False
+    """Whether requests may name the server slot they run on (``ChatRequest.slot``)."""
+    prefills_in_steps: bool = False
+    """Whether a prompt can be prefilled into a slot's cache in steps (``render_prompt`` and
+    ``prefill``) before the request that uses it; turned off when the server refuses."""
 
     @abstractmethod
     async def server_info(self) -> ServerInfo:
@@ -242,6 +271,14 @@ class Backend(ABC):
     @abstractmethod
     async def warm_up(self, model: str) -> bool:
         """Load the model and keep it resident; return whether it is loaded now."""
+
+    async def render_prompt(self, request: ChatRequest) -> str:
+        """Return the prompt text the server's chat template makes of a request."""
+        raise NotImplementedError
+
+    async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
+        """Evaluate ``text`` (the start of a rendered prompt) into a slot's prompt cache."""
+        raise NotImplementedError
 
     async def model_details(self, model: str) -> dict[str, Any] | None:
         """Return the server's own description of a model in Ollama's ``/api/show`` shape.

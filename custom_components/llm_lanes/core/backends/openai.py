@@ -33,6 +33,7 @@ from .base import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
+    PrefillStep,
     ServerInfo,
     ServerKind,
     ServerMetrics,
@@ -43,6 +44,9 @@ from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
 from .transport import HttpClient
 
 _LOGGER = logging.getLogger(__name__)
+
+APPLY_TEMPLATE_PATH = "/apply-template"
+COMPLETION_PATH = "/completion"
 
 
 def server_fields(
@@ -56,6 +60,10 @@ def server_fields(
         fields["add_generation_prompt"] = False
     if send_priority and request.priority is not None:
         fields["priority"] = request.priority
+    if request.slot is not None and kind is ServerKind.LLAMA_CPP:
+        # The slot keeps this prompt cached: the next request placed there reuses its prefix.
+        fields["id_slot"] = request.slot
+        fields["cache_prompt"] = True
     return fields
 
 
@@ -79,6 +87,8 @@ class OpenAIBackend(Backend):
         self.base_url = self._http.base_url
         self.send_priority = kind is ServerKind.VLLM
         """Whether requests carry ``priority``; turned off when the server refuses it."""
+        self.chooses_slots = kind is ServerKind.LLAMA_CPP
+        self.prefills_in_steps = kind is ServerKind.LLAMA_CPP
 
     # --- what the server is --------------------------------------------------------------
 
@@ -263,6 +273,41 @@ class OpenAIBackend(Backend):
             async with aclosing(self._stream(request, body)) as stream:
                 async for chunk in stream:
                     yield chunk
+
+    # --- prefill in steps (llama.cpp) ---------------------------------------------------------
+
+    async def render_prompt(self, request: ChatRequest) -> str:
+        """Ask llama.cpp's ``/apply-template`` for the prompt its chat template makes."""
+        body = chat_body(request)
+        for key in ("stream", "stream_options", "max_tokens"):
+            body.pop(key, None)
+        data = await self._http.request_json(
+            "POST", APPLY_TEMPLATE_PATH, json_body=body, model=request.model
+        )
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(prompt, str):
+            raise BackendError(f"{self._http.url(APPLY_TEMPLATE_PATH)} gave no prompt")
+        return prompt
+
+    async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
+        """Evaluate the start of a prompt into a slot's cache (``/completion``, no output)."""
+        data = await self._http.request_json(
+            "POST",
+            COMPLETION_PATH,
+            json_body={
+                "prompt": text,
+                "n_predict": 0,
+                "id_slot": slot,
+                "cache_prompt": True,
+            },
+            timeout_s=self._http.timeouts.first_token_s,
+            model=model,
+        )
+        timings = (data.get("timings") if isinstance(data, dict) else None) or {}
+        return PrefillStep(
+            evaluated_tokens=int(timings.get("prompt_n") or 0),
+            seconds=float(timings.get("prompt_ms") or 0.0) / 1000,
+        )
 
     def _stream(
         self, request: ChatRequest, body: dict[str, Any]

@@ -40,6 +40,7 @@ from .runner import (
     ServerDescription,
     describe_server,
     run_scenario,
+    settings_for_server,
 )
 from .simulator import SimulatedServer, add_sim_options, sim_config
 from .sweep import SweepRow, format_table, parse_grid, run_sweep
@@ -87,14 +88,15 @@ async def wait_idle(backend: Backend, time_scale: float, limit_s: float = 60.0) 
         await asyncio.sleep(0.2)
 
 
-def _settings(args: argparse.Namespace) -> SchedulerSettings:
+def _settings(args: argparse.Namespace, server: ServerDescription) -> SchedulerSettings:
+    """Return the settings a household gets with this server, changed by ``--set``."""
     values: dict[str, str] = {}
     for item in args.set or []:
         key, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set expects key=value; got {item!r}")
         values[key.strip()] = value.strip()
-    return SchedulerSettings().with_values(values)
+    return settings_for_server(server).with_values(values)
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
@@ -108,7 +110,6 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 async def _run(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
-    settings = _settings(args)
     policies: list[BenchPolicy] = args.policy or ["lanes"]
     idle = {name.strip() for name in args.idle.split(",")} if args.idle else set()
     out = Path(args.out)
@@ -122,6 +123,7 @@ async def _run(args: argparse.Namespace) -> int:
     salt = secrets.token_hex(4)
     results: list[tuple[str, RunResult]] = []
     async with open_target(args) as target:
+        settings = _settings(args, target.server)
         for label, run_scenario_, policy in runs:
             await wait_idle(target.backend, target.time_scale)
             bar = ProgressBar(run_scenario_.duration_s, label)
@@ -242,7 +244,6 @@ def _s(value: float | None) -> str:
 
 async def _sweep(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
-    settings = _settings(args)
     grid = parse_grid(args.grid or [])
     policies: list[BenchPolicy] = args.policy or ["lanes"]
     out = Path(args.out)
@@ -258,6 +259,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         )
 
     async with open_target(args) as target:
+        settings = _settings(args, target.server)
         result = await run_sweep(
             target.backend,
             scenario,

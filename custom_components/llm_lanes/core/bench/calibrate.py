@@ -1,7 +1,11 @@
 """A short calibration on the user's own server: the engine of ``llm_lanes.run_benchmark``.
 
-It replays a built-in scenario, shortened to ``duration_s`` per combination, over a small grid
-of settings under the ``lanes`` policy, and recommends the setting with the highest goodput.
+It first measures the server's batch curve (``curve.py``: inter-token latency and tokens/s
+against sequences in flight, and the prefill speed), then replays a built-in scenario, shortened
+to ``duration_s`` per combination, over a small grid of settings under the ``lanes`` policy, and
+recommends the setting with the highest goodput. The curve adds what it decides: the prefill
+guard (the prompt the server prefills within voice's inter-token objective) and headroom (one
+slot kept for voice and typed chats whenever there are two or more).
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..backends.base import Backend
+from ..lanes import Lane
 from ..settings import SchedulerSettings
+from .curve import BatchCurve, measure_curve, text_plot
 from .runner import BenchPolicy, describe_server
 from .sweep import run_sweep
 from .workload import Scenario, load_scenario
@@ -33,10 +39,14 @@ class CalibrationResult:
     recommended_values: dict[str, str]
     best_throughput_values: dict[str, str]
     explanation: str
+    curve: BatchCurve | None = None
+    """The server's batch curve, measured first."""
 
     def as_response(self) -> dict[str, Any]:
         """Plain JSON for the action's response data."""
         return {
+            "curve": self.curve.as_dict() if self.curve is not None else None,
+            "curve_plot": text_plot(self.curve) if self.curve is not None else None,
             "rows": self.rows,
             "recommended": self.recommended_values,
             "best_throughput": self.best_throughput_values,
@@ -70,6 +80,12 @@ async def calibrate(
     queue them). Takes about ``duration_s`` times the number of combinations.
     """
     server = await describe_server(backend, model)
+    curve = await measure_curve(
+        backend,
+        server.model,
+        server.slots or base_settings.max_sequences,
+        time_scale=time_scale,
+    )
     loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     effective = {key: list(values) for key, values in grid.items()}
     if server.slots and "max_sequences" in effective:
@@ -85,10 +101,17 @@ async def calibrate(
         time_scale=time_scale,
     )
     best = result.best_goodput
+    values = dict(best.overrides)
+    sequences = int(values.get("max_sequences", base_settings.max_sequences))
+    values["headroom"] = "1" if sequences > 1 else "0"
+    guard = curve.guard_tokens(base_settings.lanes[Lane.VOICE].itl_slo_s)
+    if guard is not None:
+        values["prefill_guard_tokens"] = str(guard)
     return CalibrationResult(
         rows=[row.as_dict() for row in result.rows],
-        recommended=base_settings.with_values(best.overrides),
-        recommended_values=dict(best.overrides),
+        recommended=base_settings.with_values(values),
+        recommended_values=values,
         best_throughput_values=dict(result.best_throughput.overrides),
         explanation=result.explanation,
+        curve=curve,
     )

@@ -8,8 +8,12 @@ Definitions (times in scenario seconds):
 * ``goodput``: the fraction of finished requests whose TTFT met the class's ``ttft_s`` and whose
   own p95 gap met its ``itl_s``; ``good_per_s``: those requests per second of the measured window;
 * ``output_tok_s``: output tokens received in the window (warm-up to end) per second;
-* ``jain_index``: Jain's fairness index over requesters of the share of the output tokens they
-  asked for that they received (1 = everyone got the same share).
+* ``prompt_tokens_evaluated`` / ``prompt_tokens_cached``: of the finished requests' prompt
+  tokens, those the server evaluated and those it took from its prompt cache (where it says:
+  llama.cpp, vLLM; Ollama reports what it evaluated);
+* ``fairness``: each requester's weighted service in the window (partial service included) and
+  Jain's index over the backlogged requesters, per lane and overall (``fairness.py``);
+  ``jain_index`` is the overall one.
 
 A few figures go beyond the issue's schema: at the top level ``goodput`` (requests that met
 their objectives over all requests sent, rejected and failed ones included, those cut off by the
@@ -32,6 +36,7 @@ from typing import Any
 
 from .. import metrics
 from ..settings import SchedulerSettings
+from .fairness import fairness
 from .runner import RequestRecord, RunResult
 from .workload import RequestClass
 
@@ -40,7 +45,8 @@ CLASS_FIELDS = (
     "ttft_p50", "ttft_p90", "ttft_p95", "ttft_p99",
     "itl_p50", "itl_p95", "itl_p99", "itl_max",
     "e2e_p50", "e2e_p95", "queue_wait_p95",
-    "prompt_tokens", "output_tokens", "goodput", "good_per_s",
+    "prompt_tokens", "prompt_tokens_evaluated", "prompt_tokens_cached",
+    "output_tokens", "goodput", "good_per_s",
 )  # fmt: skip
 
 
@@ -138,6 +144,7 @@ def build_report(result: RunResult) -> dict[str, Any]:
             if result.policy != "direct"
             else None,
             "prompt_tokens": sum(r.prompt_tokens for r in ok),
+            **_cache_use(ok),
             "output_tokens": sum(r.output_tokens for r in ok),
             "goodput": len(good) / len(ok) if ok else None,
             "good_per_s": len(good) / window,
@@ -161,6 +168,13 @@ def build_report(result: RunResult) -> dict[str, Any]:
             prompt_tokens += record.prompt_tokens
     # Requests cut off by the end of the run (closed loops, the drain limit) are neither good nor bad.
     counted = [r for r in measured if r.outcome != "cancelled"]
+    served = fairness(
+        result.records,
+        {cls.name: cls.lane for cls in scenario.classes},
+        result.settings,
+        scenario.warmup_s,
+        scenario.duration_s,
+    )
     return {
         "scenario": scenario.name,
         "policy": result.policy,
@@ -177,7 +191,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "classes": classes,
         "queue_depth_max": result.queue_depth_max,
         "kv_use_max": result.kv_use_max,
-        "jain_index": jain_index(measured),
+        "jain_index": served["jain_backlogged"],
+        "fairness": served,
         "goodput": good_total / len(counted) if counted else None,
         "good_per_s": good_total / window,
     }
@@ -194,17 +209,22 @@ def _tokens_in_window(
     )
 
 
-def jain_index(records: Iterable[RequestRecord]) -> float | None:
-    """Jain's index of the share of asked-for output tokens each requester received."""
-    asked: dict[str, int] = defaultdict(int)
-    received: dict[str, int] = defaultdict(int)
-    for record in records:
-        asked[record.requester] += record.planned_output_tokens
-        received[record.requester] += sum(record.token_counts)
-    shares = [min(1.0, received[r] / asked[r]) for r in asked if asked[r] > 0]
-    if not shares or not any(shares):
-        return None
-    return sum(shares) ** 2 / (len(shares) * sum(share * share for share in shares))
+def _cache_use(records: Sequence[RequestRecord]) -> dict[str, int | None]:
+    """Prompt tokens the server evaluated and took from its cache (None: it did not say).
+
+    Ollama says what it evaluated, not what it reused.
+    """
+    evaluated = [r.evaluated_prompt_tokens for r in records]
+    cached = [r.cached_prompt_tokens for r in records]
+    return {
+        "prompt_tokens_evaluated": _sum_known(evaluated),
+        "prompt_tokens_cached": _sum_known(cached),
+    }
+
+
+def _sum_known(values: Sequence[int | None]) -> int | None:
+    known = [value for value in values if value is not None]
+    return sum(known) if known else None
 
 
 # --- files --------------------------------------------------------------------------------------
@@ -267,16 +287,27 @@ def markdown_report(report: dict[str, Any]) -> str:
             f"Jain index {_fmt(report['jain_index'])}"
         ),
         "",
-        "| class | sent | finished | rejected | TTFT p50 | TTFT p95 | ITL p50 | ITL p95 | e2e p95 | queue p95 | goodput |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| class | sent | finished | rejected | TTFT p50 | TTFT p95 | ITL p50 | ITL p95 | e2e p95 | queue p95 | goodput | prompt evaluated / cached |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in report["classes"].items():
+        cache = " / ".join(
+            "–" if c[key] is None else f"{c[key]:,}"
+            for key in ("prompt_tokens_evaluated", "prompt_tokens_cached")
+        )
         lines.append(
             f"| {name} | {c['count']} | {c['finished']} | {c['rejected']} | "
             f"{_fmt(c['ttft_p50'], 's')} | {_fmt(c['ttft_p95'], 's')} | {_fmt(c['itl_p50'], 's')} | "
             f"{_fmt(c['itl_p95'], 's')} | {_fmt(c['e2e_p95'], 's')} | {_fmt(c['queue_wait_p95'], 's')} | "
-            f"{_fmt(c['goodput'], '%')} |"
+            f"{_fmt(c['goodput'], '%')} | {cache} |"
         )
+    lanes = report["fairness"]["jain_backlogged_by_lane"]
+    if lanes:
+        lines += [
+            "",
+            "Jain index over backlogged requesters: "
+            + ", ".join(f"{lane} {_fmt(value)}" for lane, value in lanes.items()),
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -61,6 +61,10 @@ class RequestRecord:
     e2e_s: float | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_prompt_tokens: int | None = None
+    """Prompt tokens the server took from its cache (where it says)."""
+    evaluated_prompt_tokens: int | None = None
+    """Prompt tokens the server evaluated, resumptions after preemptions included (where it says)."""
 
     @property
     def gaps(self) -> list[float]:
@@ -108,6 +112,19 @@ async def describe_server(backend: Backend, model: str | None) -> ServerDescript
     chosen = chosen or (info.models[0] if info.models else "default")
     return ServerDescription(
         kind=str(info.kind), version=info.version, model=chosen, slots=info.slots
+    )
+
+
+def settings_for_server(server: ServerDescription) -> SchedulerSettings:
+    """Return the default settings as Home Assistant sets them for this server (its slots)."""
+    base = SchedulerSettings()
+    if not server.slots:
+        return base
+    return replace(
+        base,
+        max_sequences=server.slots,
+        server_slots=server.slots,
+        headroom=min(base.headroom, server.slots - 1),
     )
 
 
@@ -187,6 +204,23 @@ class _Run:
             for requester in cls.requesters
         }
         self._lane_of = {cls.name: cls.lane for cls in scenario.classes}
+        self._classes = {cls.name: cls for cls in scenario.classes}
+        self._prefixes: dict[str, str] = {}
+        """Shared prefix text per group, long enough for every class of the group."""
+        for cls in scenario.classes:
+            if cls.shared_prefix_tokens:
+                longest = max(
+                    other.shared_prefix_tokens
+                    for other in scenario.classes
+                    if other.prefix_group == cls.prefix_group
+                )
+                # Salted per run, not per request: within a run the prefix is one stable prompt.
+                rng = random.Random(
+                    f"{prompt_salt}{scenario.seed}:prefix:{cls.prefix_group}"
+                )
+                self._prefixes[cls.prefix_group] = prompt_text(
+                    longest, rng, scale=prompt_scale
+                )
 
     def now(self) -> float:
         """Scenario seconds since the start."""
@@ -220,8 +254,12 @@ class _Run:
                 )
         sampler = asyncio.create_task(self._sample(progress))
         try:
-            for planned in plan_open_requests(self.scenario):
-                await self.sleep_until(planned.at_s)
+            for at, planned, announce in self._timeline():
+                await self.sleep_until(at)
+                if announce:
+                    if self._scheduler is not None:
+                        self._scheduler.prepare(self._lane_of[planned.class_name])
+                    continue
                 task = asyncio.create_task(self._send(planned))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
@@ -253,6 +291,20 @@ class _Run:
             kv_use_max=self.kv_use_max,
             wall_s=time.monotonic() - wall_start,
         )
+
+    def _timeline(self) -> list[tuple[float, PlannedRequest, bool]]:
+        """Return the open-loop requests in time order, each after its announcement (if any)."""
+        events: list[tuple[float, PlannedRequest, bool]] = []
+        for planned in plan_open_requests(self.scenario):
+            lead = self._classes[planned.class_name].prepare_s
+            if lead > 0:
+                events.append((max(0.0, planned.at_s - lead), planned, True))
+            events.append((planned.at_s, planned, False))
+        events.sort(key=lambda event: (event[0], not event[2]))
+        return events
+
+    def _shared_prefix_tokens(self, class_name: str) -> int:
+        return self._classes[class_name].shared_prefix_tokens
 
     def _on_finished(self, finished: FinishedRequest) -> None:
         owner = self._owner.get((int(finished.lane), finished.requester))
@@ -292,10 +344,20 @@ class _Run:
         if self.server.kind in {ServerKind.LLAMA_CPP, ServerKind.OLLAMA}:
             # Make the model produce exactly the planned number of tokens.
             options["ignore_eos"] = True
+        cls = self._classes[planned.class_name]
+        system = SYSTEM_PROMPT
+        if cls.shared_prefix_tokens:
+            prefix = self._prefixes[cls.prefix_group]
+            share = cls.shared_prefix_tokens / max(
+                other.shared_prefix_tokens
+                for other in self.scenario.classes
+                if other.prefix_group == cls.prefix_group
+            )
+            system = f"{prefix[: round(len(prefix) * share)]}\n{SYSTEM_PROMPT}"
         return ChatRequest(
             model=self.server.model,
             messages=(
-                ChatMessage(role="system", content=SYSTEM_PROMPT),
+                ChatMessage(role="system", content=system),
                 ChatMessage(
                     role="user",
                     content=prompt_text(
@@ -320,7 +382,8 @@ class _Run:
             request,
             lane=self._lane_of[planned.class_name],
             requester=planned.requester,
-            prompt_tokens=planned.prompt_tokens,
+            prompt_tokens=planned.prompt_tokens
+            + self._shared_prefix_tokens(planned.class_name),
         )
         return stream
 
@@ -352,11 +415,23 @@ class _Run:
                     if chunk.usage is not None:
                         record.prompt_tokens = chunk.usage.prompt_tokens
                         record.output_tokens = chunk.usage.output_tokens
+                        record.cached_prompt_tokens = chunk.usage.cached_prompt_tokens
+                        usage = chunk.usage
+                        if (
+                            usage.cached_prompt_tokens is not None
+                            or usage.evaluated_prompt_tokens is not None
+                        ):
+                            record.evaluated_prompt_tokens = (
+                                usage.prompt_tokens_evaluated
+                            )
                     break
             if not record.output_tokens:
                 record.output_tokens = sum(record.token_counts)
             if not record.prompt_tokens:
-                record.prompt_tokens = planned.prompt_tokens
+                record.prompt_tokens = (
+                    planned.prompt_tokens
+                    + self._shared_prefix_tokens(planned.class_name)
+                )
             record.e2e_s = self.now() - record.sent_at
             record.outcome = "ok"
         except asyncio.CancelledError:

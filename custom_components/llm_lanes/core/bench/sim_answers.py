@@ -152,6 +152,27 @@ def count_prompt_tokens(messages: list[SimMessage], tools: list[SimTool]) -> int
     return max(1, total)
 
 
+def render_prompt(messages: list[SimMessage], tools: list[SimTool]) -> str:
+    """Render the prompt as the model reads it (for the prompt cache): tools, messages, answer.
+
+    A final assistant message is the beginning of the answer (a resumed one), left open; otherwise
+    the prompt ends where the answer begins. So an answer's prompt plus the text it produced is a
+    prefix of the prompt that resumes it or of the conversation's next turn.
+    """
+    parts = [
+        json.dumps({"name": tool.name, "parameters": tool.parameters}, sort_keys=True)
+        for tool in tools
+    ]
+    for index, message in enumerate(messages):
+        parts.extend((f"\x00{message.role}\x00", message.content))
+        parts.extend(json.dumps(call, sort_keys=True) for call in message.tool_calls)
+        if index < len(messages) - 1 or message.role != "assistant":
+            parts.append("\x00end\x00")
+    if not messages or messages[-1].role != "assistant":
+        parts.append("\x00assistant\x00")
+    return "".join(parts)
+
+
 def _conversation_rng(seed: int, messages: list[SimMessage]) -> random.Random:
     digest = hashlib.sha256(str(seed).encode())
     for message in messages:

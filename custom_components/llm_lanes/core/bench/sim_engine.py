@@ -11,7 +11,13 @@ One loop runs iterations like llama.cpp's ``update_slots`` or vLLM's scheduler s
 * the KV cache holds ``kv_capacity_tokens``; when decoding outgrows it, the most recently
   admitted sequence is preempted (its cache dropped, as vLLM's recompute preemption does) and
   goes back to the head of the queue, to prefill its prompt and its output again;
-* a cancelled sequence (client gone) leaves its slot at once.
+* a cancelled sequence (client gone) leaves its slot at once;
+* every slot keeps the prompt (and the answer) of the last sequence it served, as llama.cpp's
+  slots do: a sequence placed on it prefills only what its prompt does not share with that cache.
+  A request may name its slot (llama.cpp's ``id_slot``; it waits for that slot); otherwise the
+  engine picks the free slot whose cache shares most of the prompt when that is at least
+  ``SIMILARITY_THRESHOLD`` of it (llama.cpp's ``--slot-prompt-similarity``), else the free slot
+  used least recently. Ollama's runner also reuses the longest cached prefix among its slots.
 
 Nothing here is random: the order of events depends only on the order of submissions.
 """
@@ -24,6 +30,21 @@ import contextlib
 from dataclasses import dataclass, field
 import itertools
 import time
+
+SIMILARITY_THRESHOLD = 0.1
+"""The share of a prompt a slot's cache must hold for the engine to pick that slot for it."""
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +83,17 @@ class Sequence:
     preemptions: int = 0
     cancelled: bool = False
     finished: bool = False
+    prompt_text: str = ""
+    """The rendered prompt (what the prompt cache matches); empty: nothing to match."""
+    pieces: tuple[str, ...] = ()
+    """The answer's tokens (the slot's cache holds the prompt and what was generated)."""
+    want_slot: int | None = None
+    """The slot the request named (it waits for it)."""
+    prefill_only: bool = False
+    """Evaluate the prompt into the slot's cache and end (llama.cpp ``/completion`` with
+    ``n_predict: 0``)."""
+    cached_prompt_tokens: int = 0
+    """Prompt tokens the slot's cache held when the sequence was admitted (last admission)."""
 
     @property
     def context(self) -> int:
@@ -109,6 +141,9 @@ class Engine:
         self.stats = EngineStats()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.slot_cache: list[str] = [""] * slots
+        """What each slot's prompt cache holds (rendered text)."""
+        self._slot_used: list[float] = [0.0] * slots
         self._ids = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -136,16 +171,29 @@ class Engine:
 
     # --- requests -------------------------------------------------------------------------------
 
-    def submit(self, prompt_tokens: int, max_new_tokens: int) -> Sequence:
+    def submit(
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        *,
+        prompt_text: str = "",
+        pieces: tuple[str, ...] = (),
+        slot: int | None = None,
+        prefill_only: bool = False,
+    ) -> Sequence:
         """Queue a sequence; its tokens arrive on ``sequence.tokens``."""
         seq = Sequence(
             id=next(self._ids),
             prompt_tokens=max(1, prompt_tokens),
             max_new_tokens=max(0, max_new_tokens),
             arrived_at=time.monotonic(),
+            prompt_text=prompt_text,
+            pieces=pieces,
+            want_slot=slot if slot is not None and 0 <= slot < self.slots else None,
+            prefill_only=prefill_only,
         )
         self.stats.requests_total += 1
-        if seq.max_new_tokens == 0:
+        if seq.max_new_tokens == 0 and not prefill_only:
             self._end(seq)
             return seq
         self.waiting.append(seq)
@@ -201,21 +249,53 @@ class Engine:
             await self._iterate()
 
     def _admit(self) -> None:
+        # A request naming a busy slot is deferred; the others behind it go on (llama.cpp).
+        deferred: list[Sequence] = []
         while self.waiting and len(self.running) < self.slots:
             head = self.waiting[0]
             if self.kv_used_tokens + head.context + 1 > self.kv_capacity_tokens:
-                return
+                break
+            free = sorted({*range(self.slots)} - {seq.slot for seq in self.running})
+            if head.want_slot is not None and head.want_slot not in free:
+                deferred.append(self.waiting.popleft())
+                continue
             self.waiting.popleft()
-            used = {seq.slot for seq in self.running}
-            head.slot = next(i for i in range(self.slots) if i not in used)
-            head.prefill_remaining = head.context
-            head.cached = 0
+            slot = (
+                head.want_slot if head.want_slot is not None else self._pick(head, free)
+            )
+            cached = self._cached_tokens(head, slot)
+            head.slot = slot
+            head.cached_prompt_tokens = cached
+            head.prefill_remaining = head.context - cached
+            head.cached = cached
+            self._slot_used[slot] = time.monotonic()
             self.running.append(head)
+        self.waiting.extendleft(reversed(deferred))
+
+    def _pick(self, seq: Sequence, free: list[int]) -> int:
+        """Pick the free slot whose cache holds most of the prompt, else the least recently used."""
+        if seq.prompt_text:
+            shared, best = max(
+                (common_prefix(seq.prompt_text, self.slot_cache[i]), -i) for i in free
+            )
+            if shared >= SIMILARITY_THRESHOLD * len(seq.prompt_text):
+                return -best
+        return min(free, key=lambda i: self._slot_used[i])
+
+    def _cached_tokens(self, seq: Sequence, slot: int) -> int:
+        """Prompt tokens the slot's cache saves this sequence (at least one is always evaluated)."""
+        if not seq.prompt_text:
+            return 0
+        text = seq.prompt_text
+        shared = common_prefix(text, self.slot_cache[slot])
+        self.slot_cache[slot] = ""  # overwritten from here on
+        return min(seq.context - 1, seq.prompt_tokens * shared // len(text))
 
     async def _iterate(self) -> None:
         budget = self.prefill_chunk_tokens
         prefilled = 0
         emitting: list[Sequence] = []
+        done_prefilling: list[Sequence] = []
         decoding = 0
         for seq in self.running:
             if seq.prefill_remaining > 0:
@@ -234,6 +314,8 @@ class Engine:
                 if seq.prefill_remaining == 0:
                     # The last prompt chunk's logits give the next token in the same pass.
                     emitting.append(seq)
+                    if seq.prefill_only:
+                        done_prefilling.append(seq)
             else:
                 decoding += 1
                 emitting.append(seq)
@@ -252,6 +334,11 @@ class Engine:
             self.stats.decode_iterations_total += 1
             self.stats.busy_slots_sum += len(self.running)
             self.stats.tokens_predicted_seconds_total += seconds
+        for seq in done_prefilling:
+            emitting.remove(seq)
+            if seq in self.running:
+                self.running.remove(seq)
+                self._end(seq)
         for seq in emitting:
             if seq.cancelled or seq not in self.running:
                 continue
@@ -282,6 +369,12 @@ class Engine:
         if seq.finished:
             return
         seq.finished = True
+        if seq.slot is not None and seq.prompt_text:
+            # What the slot evaluated stays cached: the prompt, and the answer so far.
+            done = seq.prefill_remaining == 0
+            self.slot_cache[seq.slot] = (
+                seq.prompt_text + "".join(seq.pieces[: seq.generated]) if done else ""
+            )
         seq.slot = None
         seq.cached = 0
         seq.tokens.put_nowait(None)

@@ -35,7 +35,9 @@ from .sim_answers import (
     SimMessage,
     SimTool,
     count_prompt_tokens,
+    count_text_tokens,
     plan_answer,
+    render_prompt,
 )
 from .sim_engine import Engine, EngineCosts, Sequence
 
@@ -84,6 +86,8 @@ class _ParsedChat:
     stream: bool
     include_usage: bool
     model: str
+    slot: int | None = None
+    """llama.cpp's ``id_slot`` (-1 or absent: the server picks)."""
 
 
 class SimulatedServer:
@@ -101,6 +105,8 @@ class SimulatedServer:
         )
         self.requests_seen: list[dict[str, Any]] = []
         """Bodies of the chat requests received (for tests)."""
+        self.prefills_seen: list[dict[str, Any]] = []
+        """Bodies of the prefill-only ``/completion`` requests received (for tests)."""
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._started = time.time()
@@ -169,6 +175,8 @@ class SimulatedServer:
                 web.get("/health", self._health),
                 web.get("/slots", self._slots),
                 web.get("/metrics", self._metrics),
+                web.post("/apply-template", self._apply_template),
+                web.post("/completion", self._completion),
             ]
         else:
             routes += [
@@ -257,6 +265,52 @@ class SimulatedServer:
             ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
+    async def _apply_template(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        try:
+            chat = _parse_openai(body)
+        except (KeyError, TypeError, ValueError) as err:
+            return _error(400, f"invalid request: {err}", openai=True)
+        return web.json_response({"prompt": render_prompt(chat.messages, chat.tools)})
+
+    async def _completion(self, request: web.Request) -> web.Response:
+        """Evaluate a raw prompt into a slot's cache (only ``n_predict: 0`` is simulated)."""
+        body = await _json_body(request)
+        self.prefills_seen.append(body)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or body.get("n_predict") != 0:
+            return _error(
+                400, "the simulator only prefills (n_predict: 0)", openai=True
+            )
+        tokens = max(1, count_text_tokens(prompt))
+        seq = self.engine.submit(
+            tokens,
+            0,
+            prompt_text=prompt,
+            slot=_slot(body.get("id_slot")),
+            prefill_only=True,
+        )
+        try:
+            while await seq.tokens.get() is not None:
+                pass
+        finally:
+            self.engine.cancel(seq)
+        evaluated = tokens - seq.cached_prompt_tokens
+        costs = self.config.costs
+        return web.json_response(
+            {
+                "content": "",
+                "tokens_predicted": 0,
+                "tokens_evaluated": tokens,
+                "timings": {
+                    "cache_n": seq.cached_prompt_tokens,
+                    "prompt_n": evaluated,
+                    "prompt_ms": 1000
+                    * (costs.fixed_s + costs.per_prefill_token_s * evaluated),
+                },
+            }
+        )
+
     # --- OpenAI-compatible ----------------------------------------------------------------------
 
     async def _openai_models(self, request: web.Request) -> web.Response:
@@ -293,6 +347,7 @@ class SimulatedServer:
                 openai=True,
             )
         plan = self._plan(chat, prompt_tokens)
+        seq = self._submit(chat, prompt_tokens, plan)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
 
@@ -305,11 +360,23 @@ class SimulatedServer:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
 
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(plan.pieces),
-            "total_tokens": prompt_tokens + len(plan.pieces),
-        }
+        def usage() -> dict[str, Any]:
+            cached = seq.cached_prompt_tokens
+            return {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(plan.pieces),
+                "total_tokens": prompt_tokens + len(plan.pieces),
+                "prompt_tokens_details": {"cached_tokens": cached},
+            }
+
+        def timings() -> dict[str, Any]:
+            cached = seq.cached_prompt_tokens
+            return {
+                "cache_n": cached,
+                "prompt_n": prompt_tokens - cached,
+                "predicted_n": len(plan.pieces),
+            }
+
         tool_calls = [
             {
                 "index": i,
@@ -323,7 +390,7 @@ class SimulatedServer:
             for i, call in enumerate(plan.tool_calls)
         ]
         if not chat.stream:
-            text = "".join([piece async for piece in self._run(prompt_tokens, plan)])
+            text = "".join([piece async for piece in self._run(seq, plan)])
             message: dict[str, Any] = {"role": "assistant", "content": text}
             if tool_calls:
                 message["tool_calls"] = [
@@ -343,7 +410,8 @@ class SimulatedServer:
                             "finish_reason": plan.finish_reason,
                         }
                     ],
-                    "usage": usage,
+                    "usage": usage(),
+                    "timings": timings(),
                 }
             )
 
@@ -356,16 +424,19 @@ class SimulatedServer:
 
         try:
             await send(chunk({"role": "assistant", "content": None}, None))
-            async for piece in self._run(prompt_tokens, plan):
+            async for piece in self._run(seq, plan):
                 if piece:
                     await send(chunk({"content": piece}, None))
             if tool_calls:
                 await send(chunk({"tool_calls": tool_calls}, None))
-            await send(chunk({}, plan.finish_reason))
+            last = chunk({}, plan.finish_reason)
+            if self.config.kind == "llama_cpp":
+                last["timings"] = timings()
+            await send(last)
             if chat.include_usage:
                 final = chunk({}, None)
                 final["choices"] = []
-                final["usage"] = usage
+                final["usage"] = usage()
                 await send(final)
             await send("[DONE]")
             await response.write_eof()
@@ -450,6 +521,7 @@ class SimulatedServer:
             )
         prompt_tokens = count_prompt_tokens(chat.messages, chat.tools)
         plan = self._plan(chat, prompt_tokens)
+        seq = self._submit(chat, prompt_tokens, plan)
         started = time.monotonic_ns()
 
         def final(text: str) -> dict[str, Any]:
@@ -470,20 +542,21 @@ class SimulatedServer:
                 else "stop",
                 "total_duration": elapsed,
                 "load_duration": 0,
-                "prompt_eval_count": prompt_tokens,
+                # Ollama counts only the prompt tokens it evaluated (not those it had cached).
+                "prompt_eval_count": prompt_tokens - seq.cached_prompt_tokens,
                 "prompt_eval_duration": elapsed // 10,
                 "eval_count": len(plan.pieces),
                 "eval_duration": elapsed - elapsed // 10,
             }
 
         if not chat.stream:
-            text = "".join([piece async for piece in self._run(prompt_tokens, plan)])
+            text = "".join([piece async for piece in self._run(seq, plan)])
             return web.json_response(final(text))
 
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
         try:
-            async for piece in self._run(prompt_tokens, plan):
+            async for piece in self._run(seq, plan):
                 if piece:
                     line = {
                         "model": chat.model,
@@ -524,9 +597,20 @@ class SimulatedServer:
             context_left=max(1, self.config.context_per_slot - prompt_tokens),
         )
 
-    async def _run(self, prompt_tokens: int, plan: AnswerPlan) -> AsyncIterator[str]:
-        """Run the plan through the engine, yielding each token's text as it is produced."""
-        seq: Sequence = self.engine.submit(prompt_tokens, len(plan.pieces))
+    def _submit(
+        self, chat: _ParsedChat, prompt_tokens: int, plan: AnswerPlan
+    ) -> Sequence:
+        """Queue the answer in the engine (on the named slot, where the client named one)."""
+        return self.engine.submit(
+            prompt_tokens,
+            len(plan.pieces),
+            prompt_text=render_prompt(chat.messages, chat.tools),
+            pieces=tuple(plan.pieces),
+            slot=chat.slot if self.config.kind == "llama_cpp" else None,
+        )
+
+    async def _run(self, seq: Sequence, plan: AnswerPlan) -> AsyncIterator[str]:
+        """Yield each token's text of a submitted answer as the engine produces it."""
         try:
             while (index := await seq.tokens.get()) is not None:
                 yield plan.pieces[index]
@@ -624,7 +708,12 @@ def _parse_openai(body: dict[str, Any]) -> _ParsedChat:
             (body.get("stream_options") or {}).get("include_usage", False)
         ),
         model=str(body.get("model") or ""),
+        slot=_slot(body.get("id_slot")),
     )
+
+
+def _slot(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _parse_ollama(body: dict[str, Any]) -> _ParsedChat:

@@ -133,6 +133,20 @@ class RequestClass:
     prompt_tokens: TokenDistribution
     output_tokens: TokenDistribution
     slo: Objectives
+    shared_prefix_tokens: int = 0
+    """Tokens of a stable system prompt before each request's own ``prompt_tokens``: the same
+    text for every request of the class (and of every class naming the same
+    ``shared_prefix_group``) within a run, as Home Assistant's Assist prompt is."""
+    shared_prefix_group: str | None = None
+    """Classes naming the same group share one prefix (default: the class's own)."""
+    prepare_s: float = 0.0
+    """How long before each request a command is announced (``Scheduler.prepare``, as the Assist
+    pipeline does at speech-to-text); 0: never."""
+
+    @property
+    def prefix_group(self) -> str:
+        """The name the class's shared prefix is drawn under."""
+        return self.shared_prefix_group or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +200,15 @@ class Scenario:
                     "prompt_tokens": _dist_dict(cls.prompt_tokens),
                     "output_tokens": _dist_dict(cls.output_tokens),
                     "slo": {"ttft_s": cls.slo.ttft_s, "itl_s": cls.slo.itl_s},
+                    **{
+                        key: value
+                        for key, value in {
+                            "shared_prefix_tokens": cls.shared_prefix_tokens,
+                            "shared_prefix_group": cls.shared_prefix_group,
+                            "prepare_s": cls.prepare_s,
+                        }.items()
+                        if value
+                    },
                 }
                 for cls in self.classes
             ],
@@ -288,6 +311,12 @@ def _parse_class(data: Any, where: str, base_dir: Path | None) -> RequestClass:
         prompt_tokens=_parse_dist(obj.get("prompt_tokens"), f"{where}.prompt_tokens"),
         output_tokens=_parse_dist(obj.get("output_tokens"), f"{where}.output_tokens"),
         slo=slo,
+        shared_prefix_tokens=_integer(
+            _number(obj, "shared_prefix_tokens", where, default=0, minimum=0),
+            f"{where}.shared_prefix_tokens",
+        ),
+        shared_prefix_group=_optional_string(obj, "shared_prefix_group", where),
+        prepare_s=_number(obj, "prepare_s", where, default=0.0, minimum=0),
     )
 
 
@@ -390,6 +419,10 @@ def _string(obj: dict[str, Any], key: str, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise ScenarioError(f"{where}.{key}: must be a non-empty string")
     return value
+
+
+def _optional_string(obj: dict[str, Any], key: str, where: str) -> str | None:
+    return None if obj.get(key) is None else _string(obj, key, where)
 
 
 def _number(

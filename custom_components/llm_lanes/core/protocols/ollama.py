@@ -212,10 +212,12 @@ class StreamDecoder:
         if not isinstance(output, int):
             return estimate
         # A cached prompt can leave prompt_eval_count out; the estimate fills only that gap.
+        # Ollama counts the prompt tokens it evaluated: those it reused from a slot are not in it.
         return TokenUsage(
             prompt if isinstance(prompt, int) else estimate.prompt_tokens,
             output,
             "server",
+            evaluated_prompt_tokens=prompt if isinstance(prompt, int) else None,
         )
 
 

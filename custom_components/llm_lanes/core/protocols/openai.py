@@ -335,21 +335,33 @@ def _sse_data(raw: bytes, url: str) -> dict[str, Any] | str | None:
 
 def _usage_from(data: dict[str, Any]) -> TokenUsage | None:
     usage = data.get("usage")
+    timings = data.get("timings")  # llama.cpp, also without include_usage
+    if not isinstance(timings, dict):
+        timings = {}
+    cached = _int_field(timings, "cache_n")
     if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            cached = details["cached_tokens"]  # vLLM, llama.cpp
         return TokenUsage(
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             output_tokens=int(usage["completion_tokens"]),
             source="server",
+            cached_prompt_tokens=cached,
         )
-    timings = data.get("timings")  # llama.cpp, also without include_usage
-    if isinstance(timings, dict) and isinstance(timings.get("predicted_n"), int):
+    if isinstance(timings.get("predicted_n"), int):
         return TokenUsage(
-            prompt_tokens=int(timings.get("prompt_n") or 0)
-            + int(timings.get("cache_n") or 0),
+            prompt_tokens=int(timings.get("prompt_n") or 0) + (cached or 0),
             output_tokens=int(timings["predicted_n"]),
             source="server",
+            cached_prompt_tokens=cached,
         )
     return None
+
+
+def _int_field(data: dict[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _stream_error(data: dict[str, Any], url: str, model: str) -> BackendError:

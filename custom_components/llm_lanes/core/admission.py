@@ -1,0 +1,42 @@
+"""Who is refused at the door: a lane's limits, a spent quota, a full queue.
+
+A refused request never reaches the policy or the server; one whose requester spent their daily
+quota runs in the background lane instead when the quota action is ``demote``.
+"""
+
+from __future__ import annotations
+
+from .errors import LanesError, QueueFullError, QuotaExceededError
+from .lanes import Lane
+from .quotas import QuotaLedger
+from .run_state import RunState
+from .settings import QuotaAction, SchedulerSettings
+
+
+def admission(
+    settings: SchedulerSettings,
+    state: RunState,
+    quotas: QuotaLedger,
+    *,
+    lane: Lane,
+    requester: str,
+    prompt_tokens: int,
+    output_tokens: int,
+    now: float,
+) -> tuple[Lane, LanesError | None]:
+    """Return the lane a new request runs in and the error that refuses it (None: queue it)."""
+    breach = settings.lanes[lane].refusal(
+        lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
+    )
+    if breach is not None:
+        return lane, breach
+    quota = settings.quota_for(requester)
+    used = quotas.used(requester, now) if quota > 0 else 0
+    if quota > 0 and used >= quota:
+        if settings.quota_action is QuotaAction.REJECT:
+            return lane, QuotaExceededError(requester=requester, used=used, quota=quota)
+        lane = Lane.BACKGROUND
+    max_queued = settings.lanes[lane].max_queued
+    if state.queued(lane) >= max_queued:
+        return lane, QueueFullError(lane=lane.key, max_queued=max_queued)
+    return lane, None

@@ -1,0 +1,268 @@
+"""The server's batch curve: inter-token latency and tokens per second against sequences in flight.
+
+For n = 1, 2, ... up to the server's slots, n identical streams run at once (a short prompt, a
+fixed number of output tokens); their gaps give the ITL at that batch size and their tokens the
+throughput. A long prompt sent alone gives the prefill speed. From the curve follow the settings
+a household would otherwise have to guess:
+
+- ``max_sequences``: the smallest batch that reaches ``KNEE_SHARE`` of the best throughput
+  (more sequences only slow everyone's tokens);
+- ``prefill_guard_tokens``: the prompt the server prefills within voice's inter-token objective
+  (a longer background prompt would stall a voice answer's tokens);
+- the learned background limit starts from the measured curve instead of from nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+import time
+from typing import Any
+
+from ..backends.base import Backend, ChatMessage, ChatRequest, ServerKind
+from .report import percentile
+
+KNEE_SHARE = 0.95
+"""A batch reaching this share of the best throughput is big enough."""
+STREAM_TOKENS = 48
+"""Output tokens of each stream of a batch."""
+PREFILL_PROBE_WORDS = 600
+"""Words of the long prompt that measures the prefill speed (roughly 800 tokens)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPoint:
+    """One batch size of the curve."""
+
+    sequences: int
+    itl_p50_s: float | None
+    itl_p95_s: float | None
+    output_tok_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {
+            "sequences": self.sequences,
+            "itl_p50_s": self.itl_p50_s,
+            "itl_p95_s": self.itl_p95_s,
+            "output_tok_s": self.output_tok_s,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCurve:
+    """The measured curve and the prefill speed."""
+
+    points: list[BatchPoint]
+    prefill_tok_s: float | None
+
+    def knee(self) -> int:
+        """Return the smallest batch reaching ``KNEE_SHARE`` of the best throughput."""
+        best = max(point.output_tok_s for point in self.points)
+        return next(
+            point.sequences
+            for point in self.points
+            if point.output_tok_s >= KNEE_SHARE * best
+        )
+
+    def guard_tokens(self, itl_objective_s: float) -> int | None:
+        """Prompt tokens the server prefills within ``itl_objective_s`` (None: not measured)."""
+        if not self.prefill_tok_s:
+            return None
+        return max(
+            64, min(65536, round(self.prefill_tok_s * itl_objective_s / 64) * 64)
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON."""
+        return {
+            "points": [point.as_dict() for point in self.points],
+            "prefill_tok_s": self.prefill_tok_s,
+            "knee": self.knee(),
+        }
+
+
+def _request(model: str, kind: ServerKind, text: str, tokens: int) -> ChatRequest:
+    options: dict[str, Any] = {}
+    if kind in {ServerKind.LLAMA_CPP, ServerKind.OLLAMA}:
+        options["ignore_eos"] = True
+    return ChatRequest(
+        model=model,
+        messages=(ChatMessage(role="user", content=text),),
+        max_tokens=tokens,
+        temperature=0.0,
+        options=options,
+    )
+
+
+async def _stream(backend: Backend, request: ChatRequest) -> tuple[list[float], int]:
+    """Send one request; return the arrival time of each output chunk and the tokens."""
+    times: list[float] = []
+    tokens = 0
+    async for chunk in backend.chat(request):
+        if chunk.output_tokens:
+            times.append(time.monotonic())
+            tokens += chunk.output_tokens
+    return times, tokens
+
+
+async def measure_batch(
+    backend: Backend, model: str, sequences: int, *, time_scale: float = 1.0
+) -> BatchPoint:
+    """Run ``sequences`` identical streams at once and measure their gaps and throughput."""
+    kind = backend.kind
+    started = time.monotonic()
+    results = await asyncio.gather(
+        *(
+            _stream(
+                backend,
+                _request(
+                    model,
+                    kind,
+                    f"Count slowly, run {index}: one two three",
+                    STREAM_TOKENS,
+                ),
+            )
+            for index in range(sequences)
+        )
+    )
+    elapsed = (time.monotonic() - started) * time_scale
+    gaps = [
+        (later - earlier) * time_scale
+        for times, _ in results
+        for earlier, later in zip(times, times[1:], strict=False)
+    ]
+    tokens = sum(count for _, count in results)
+    return BatchPoint(
+        sequences=sequences,
+        itl_p50_s=percentile(gaps, 50),
+        itl_p95_s=percentile(gaps, 95),
+        output_tok_s=tokens / elapsed if elapsed > 0 else 0.0,
+    )
+
+
+async def measure_prefill(
+    backend: Backend, model: str, *, time_scale: float = 1.0
+) -> float | None:
+    """Prompt tokens per second: a long prompt's first token, less a short prompt's."""
+
+    async def first_token(text: str) -> tuple[float, int]:
+        started = time.monotonic()
+        prompt = 0
+        first: float | None = None
+        async for chunk in backend.chat(_request(model, backend.kind, text, 1)):
+            if first is None and (chunk.output_tokens or chunk.text):
+                first = time.monotonic()
+            if chunk.usage is not None:
+                prompt = chunk.usage.prompt_tokens_evaluated
+        return ((first or time.monotonic()) - started) * time_scale, prompt
+
+    short_s, short_tokens = await first_token("Say hello.")
+    long_s, long_tokens = await first_token(
+        " ".join(f"w{index}" for index in range(PREFILL_PROBE_WORDS))
+    )
+    if long_tokens <= short_tokens or long_s <= short_s:
+        return None
+    return (long_tokens - short_tokens) / (long_s - short_s)
+
+
+async def measure_curve(
+    backend: Backend, model: str, max_sequences: int, *, time_scale: float = 1.0
+) -> BatchCurve:
+    """Measure the batch curve up to ``max_sequences`` and the prefill speed."""
+    points = [
+        await measure_batch(backend, model, sequences, time_scale=time_scale)
+        for sequences in range(1, max(1, max_sequences) + 1)
+    ]
+    return BatchCurve(
+        points=points,
+        prefill_tok_s=await measure_prefill(backend, model, time_scale=time_scale),
+    )
+
+
+def plot_curve(curve: BatchCurve, path: Any) -> None:
+    """Draw ITL (p50, p95) and output tokens/s against sequences in flight into a PNG."""
+    from .report import _pyplot  # noqa: PLC0415  (matplotlib only when drawing)
+
+    plt = _pyplot()
+    figure, itl_axis = plt.subplots(figsize=(6, 3.6))
+    sizes = [point.sequences for point in curve.points]
+    for attribute, label in (("itl_p50_s", "ITL p50"), ("itl_p95_s", "ITL p95")):
+        values = [
+            1000 * value if (value := getattr(point, attribute)) is not None else None
+            for point in curve.points
+        ]
+        itl_axis.plot(sizes, values, marker="o", label=label)
+    itl_axis.set_xlabel("sequences in flight")
+    itl_axis.set_ylabel("inter-token latency (ms)")
+    rate_axis = itl_axis.twinx()
+    rate_axis.plot(
+        sizes,
+        [point.output_tok_s for point in curve.points],
+        marker="s",
+        color="tab:green",
+        label="output tok/s",
+    )
+    rate_axis.set_ylabel("output tokens/s")
+    lines = itl_axis.get_legend_handles_labels()
+    rates = rate_axis.get_legend_handles_labels()
+    itl_axis.legend(lines[0] + rates[0], lines[1] + rates[1], loc="upper left")
+    itl_axis.set_xticks(sizes)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def text_plot(curve: BatchCurve, width: int = 40) -> str:
+    """Draw the curve as a few lines of text (for the action's response)."""
+    best = max(point.output_tok_s for point in curve.points) or 1.0
+    lines = []
+    for point in curve.points:
+        bar = "#" * max(1, round(width * point.output_tok_s / best))
+        itl = "–" if point.itl_p50_s is None else f"{point.itl_p50_s * 1000:.1f} ms"
+        lines.append(
+            f"{point.sequences:>2} seq  ITL p50 {itl:>9}  {point.output_tok_s:8.1f} tok/s {bar}"
+        )
+    return "\n".join(lines)
+
+
+def svg_plot(curve: BatchCurve, *, width: int = 480, height: int = 260) -> str:
+    """Draw the curve as a small SVG chart (no plotting library: Home Assistant serves it).
+
+    Blue: ITL p50 (left axis, ms); green: output tokens/s (right axis).
+    """
+    left, right, top, bottom = 48, 56, 16, 36
+    inner_w, inner_h = width - left - right, height - top - bottom
+    sizes = [point.sequences for point in curve.points]
+    itls = [1000 * (point.itl_p50_s or 0.0) for point in curve.points]
+    rates = [point.output_tok_s for point in curve.points]
+    itl_top = max(itls) * 1.15 or 1.0
+    rate_top = max(rates) * 1.15 or 1.0
+    span = max(sizes[-1] - sizes[0], 1)
+
+    def x(size: int) -> float:
+        return left + inner_w * (size - sizes[0]) / span
+
+    def polyline(values: list[float], top_value: float, color: str) -> str:
+        points = " ".join(
+            f"{x(size):.1f},{top + inner_h * (1 - value / top_value):.1f}"
+            for size, value in zip(sizes, values, strict=True)
+        )
+        return f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}"/>'
+
+    ticks = "".join(
+        f'<text x="{x(size):.1f}" y="{height - bottom + 16}" text-anchor="middle">{size}</text>'
+        for size in sizes
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">'
+        f'<rect x="{left}" y="{top}" width="{inner_w}" height="{inner_h}" fill="none" '
+        'stroke="#999"/>'
+        f"{polyline(itls, itl_top, '#1f77b4')}{polyline(rates, rate_top, '#2ca02c')}{ticks}"
+        f'<text x="{left}" y="{top - 4}" fill="#1f77b4">ITL p50, max {itl_top:.0f} ms</text>'
+        f'<text x="{width - right}" y="{top - 4}" text-anchor="end" fill="#2ca02c">'
+        f"output tok/s, max {rate_top:.0f}</text>"
+        f'<text x="{left + inner_w / 2:.0f}" y="{height - 4}" text-anchor="middle">'
+        "sequences in flight</text></svg>"
+    )

@@ -1,0 +1,222 @@
+"""Which server slot a request runs on, so the prompts worth keeping stay in the server's cache.
+
+A llama.cpp slot keeps the prompt of the last request it served; a new request placed on it
+evaluates only what differs from that prompt. Home Assistant's Assist prompt (system prompt,
+exposed entities, tool schemas: thousands of tokens) is the same for every voice command, so the
+first token of a command is fast only if its slot still holds that prompt, and a long background
+summary placed on that slot evicts it. Where the server lets clients choose the slot
+(``Backend.chooses_slots``), the scheduler places every request itself:
+
+- the first ``reserved`` slots are the foreground's (voice and interactive prefer them, and
+  background never takes them while another slot is free);
+- a request returns to a slot that holds its own conversation, else its stable prefix (the system
+  prompt and tools), else an idle slot whose cache is least worth keeping for it;
+- a request resumed after a preemption returns to the slot it left (its prompt and the output so
+  far are still cached there);
+- a slot freed by a cancellation is taken last for a moment: the server may still be busy on it.
+
+Where the server chooses on its own (Ollama, which matches prefixes across its free slots), the
+headroom that keeps a slot free of background is what keeps a prefix warm; vLLM caches prefixes
+across the whole KV cache, so nothing needs pinning there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import hashlib
+
+from .backends.base import ChatRequest
+from .lanes import Lane
+
+CANCEL_SETTLE_S = 0.25
+"""How long a slot freed by a cancellation is taken only when no other slot is free."""
+
+_FOREGROUND = frozenset({Lane.VOICE, Lane.INTERACTIVE})
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixKeys:
+    """Digests of the parts of a prompt that recur: the stable prefix and the conversation."""
+
+    stable: str | None
+    """System messages and tool schemas (the Assist prompt); None when the request has none."""
+    conversation: str | None
+    """The stable prefix plus the conversation's first user message (a chat's later turns)."""
+
+
+def prefix_keys(request: ChatRequest) -> PrefixKeys:
+    """Return the digests a request's slot is matched by."""
+    stable = hashlib.blake2b(digest_size=12)
+    has_stable = False
+    first_user: str | None = None
+    for message in request.messages:
+        if message.role == "system":
+            stable.update(b"\x00s")
+            stable.update(message.content.encode())
+            has_stable = True
+        elif message.role == "user":
+            first_user = message.content
+            break
+    for tool in request.tools:
+        stable.update(b"\x00t")
+        stable.update(tool.name.encode())
+        stable.update(tool.description.encode())
+        has_stable = True
+    stable_key = stable.hexdigest() if has_stable else None
+    conversation_key = None
+    if first_user is not None:
+        conversation = stable.copy()
+        conversation.update(b"\x00u")
+        conversation.update(first_user.encode())
+        conversation_key = conversation.hexdigest()
+    return PrefixKeys(stable=stable_key, conversation=conversation_key)
+
+
+@dataclass(slots=True)
+class _Slot:
+    holder: int | None = None
+    """Sequence number of the request running here."""
+    keys: PrefixKeys | None = None
+    """What the slot's cache holds (the last request's prefixes)."""
+    lane: Lane | None = None
+    """Lane of the last request served here."""
+    last_seq: int | None = None
+    freed_at: float = float("-inf")
+    cancelled: bool = False
+    """The last request here was cancelled: the server may not have let go of the slot yet."""
+
+
+class SlotTable:
+    """The server's slots as the scheduler places requests on them."""
+
+    __slots__ = ("_by_seq", "_reserved", "_slots")
+
+    def __init__(self, slots: int, reserved: int) -> None:
+        """Track ``slots`` slots, of which the first ``reserved`` are the foreground's."""
+        self._slots = [_Slot() for _ in range(max(slots, 0))]
+        self._reserved = reserved
+        self._by_seq: dict[int, int] = {}
+
+    @property
+    def size(self) -> int:
+        """How many slots the table places requests on."""
+        return len(self._slots)
+
+    @property
+    def reserved(self) -> int:
+        """How many of them are kept for the foreground."""
+        return self._reserved
+
+    def resize(self, slots: int, reserved: int) -> None:
+        """Follow new settings; slots that disappear are forgotten once free."""
+        slots = max(slots, 0)
+        if slots > len(self._slots):
+            self._slots.extend(_Slot() for _ in range(slots - len(self._slots)))
+        elif slots < len(self._slots) and not any(
+            slot.holder is not None for slot in self._slots[slots:]
+        ):
+            del self._slots[slots:]
+        self._reserved = reserved
+
+    def holder_count(self) -> int:
+        """Slots running a request."""
+        return len(self._by_seq)
+
+    def slot_of(self, seq: int) -> int | None:
+        """Return the slot a running request holds."""
+        return self._by_seq.get(seq)
+
+    def assign(
+        self,
+        seq: int,
+        lane: Lane,
+        keys: PrefixKeys,
+        *,
+        previous: int | None,
+        now: float,
+    ) -> int | None:
+        """Place a request on the best free slot; None when every slot is taken."""
+        best: int | None = None
+        best_score: tuple[int, ...] | None = None
+        for index, slot in enumerate(self._slots):
+            if slot.holder is not None:
+                continue
+            score = self._score(
+                index,
+                slot,
+                lane,
+                keys,
+                own=previous == index and slot.last_seq == seq,
+                now=now,
+            )
+            if best_score is None or score > best_score:
+                best, best_score = index, score
+        if best is None:
+            return None
+        slot = self._slots[best]
+        slot.holder = seq
+        slot.keys = keys
+        slot.lane = lane
+        slot.last_seq = seq
+        slot.cancelled = False
+        self._by_seq[seq] = best
+        return best
+
+    def release(self, seq: int, now: float, *, cancelled: bool = False) -> None:
+        """Free the slot a request held (``cancelled``: it was stopped mid-answer)."""
+        index = self._by_seq.pop(seq, None)
+        if index is None or index >= len(self._slots):
+            return
+        slot = self._slots[index]
+        slot.holder = None
+        slot.freed_at = now
+        slot.cancelled = cancelled
+
+    def _score(
+        self,
+        index: int,
+        slot: _Slot,
+        lane: Lane,
+        keys: PrefixKeys,
+        *,
+        own: bool,
+        now: float,
+    ) -> tuple[int, ...]:
+        """Rank a free slot for a request (higher is better), most important criterion first.
+
+        ``own``: the request itself ran here last (resumed after a preemption).
+        """
+        settled = not (slot.cancelled and now - slot.freed_at < CANCEL_SETTLE_S)
+        cached = slot.keys
+        conversation = int(
+            cached is not None
+            and keys.conversation is not None
+            and cached.conversation == keys.conversation
+        )
+        stable = int(
+            cached is not None
+            and keys.stable is not None
+            and cached.stable == keys.stable
+        )
+        reserved = index < self._reserved
+        foreground = lane in _FOREGROUND
+        # A slot whose cache a foreground request left is worth keeping; background and
+        # automation take it last.
+        keeps_foreground = slot.lane in _FOREGROUND and not (conversation or stable)
+        if foreground:
+            return (
+                int(own),
+                conversation,
+                stable,
+                int(settled),
+                int(reserved),
+                int(not keeps_foreground),
+            )
+        return (
+            int(not reserved),
+            int(own),
+            conversation,
+            stable,
+            int(settled),
+            int(not keeps_foreground),
+        )

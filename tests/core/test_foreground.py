@@ -1,0 +1,224 @@
+"""What the scheduler does for voice and typed chats: slots placed, room made, streams limited."""
+
+from __future__ import annotations
+
+import asyncio
+
+from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import GenerateResult
+
+from .fakes import FakeBackend, FakeClock, chat, settle
+from .test_scheduler import spawn
+
+ASSIST = "You are the voice assistant of this home. Exposed entities: kitchen light, hall light."
+
+
+def _placed(**settings: object) -> tuple[Scheduler, FakeBackend, FakeClock]:
+    """Build a scheduler over a fake server that lets clients choose slots (as llama.cpp)."""
+    clock = FakeClock()
+    backend = FakeBackend(clock, chooses_slots=True)
+    values: dict[str, object] = {"max_sequences": 4, "server_slots": 4, "headroom": 1}
+    values.update(settings)
+    scheduler = Scheduler(backend, SchedulerSettings(**values), clock=clock)  # type: ignore[arg-type]
+    return scheduler, backend, clock
+
+
+def _command(text: str, **options: object) -> ChatRequest:
+    """Build a voice command on the Assist prompt (with the fake server options)."""
+    base = chat(**options)  # type: ignore[arg-type]
+    return ChatRequest(
+        model=base.model,
+        messages=(
+            ChatMessage(role="system", content=ASSIST),
+            ChatMessage(role="user", content=text),
+        ),
+        options=base.options,
+    )
+
+
+async def _voice(scheduler: Scheduler, text: str, **options: object) -> GenerateResult:
+    """Send a voice command and wait for its answer."""
+    return await scheduler.generate(
+        _command(text, tag="voice", **options), lane=Lane.VOICE, requester="v"
+    )
+
+
+def _slots(backend: FakeBackend, tag: str) -> list[int | None]:
+    return [s.request.slot for s in backend.streams if s.request.options["tag"] == tag]
+
+
+async def test_voice_keeps_its_slot_while_background_runs_on_the_others() -> None:
+    """Commands land on the reserved slot that holds the Assist prompt; summaries never take it."""
+    scheduler, backend, _ = _placed()
+    gate = asyncio.Event()
+    jobs = [
+        spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"job{i}")
+        for i in range(3)
+    ]
+    await settle()
+    for text in ("turn on the kitchen", "turn off the hall", "what time is it"):
+        await scheduler.generate(
+            _command(text, tag="voice"), lane=Lane.VOICE, requester="satellite"
+        )
+    gate.set()
+    await asyncio.gather(*jobs)
+    assert _slots(backend, "voice") == [0, 0, 0]
+    assert sorted(_slots(backend, "job")) == [1, 2, 3]
+
+
+async def test_preempted_background_resumes_on_its_own_slot() -> None:
+    """The resumed attempt goes back to where its prompt and output are cached."""
+    scheduler, backend, clock = _placed(headroom=0, max_sequences=2, server_slots=2)
+    jobs = [
+        spawn(
+            scheduler, chat(answer_tokens=40, tag=f"job{i}"), Lane.BACKGROUND, f"j{i}"
+        )
+        for i in range(2)
+    ]
+    await settle(8)
+    clock.advance(1.0)  # past the settling time of a cancelled slot
+    voice = await _voice(scheduler, "turn on", answer_tokens=3)
+    await asyncio.gather(*jobs)
+    assert voice.finished.outcome == "ok"
+    preempted = [s for s in backend.streams if s.closed_early]
+    assert len(preempted) == 1
+    tag = preempted[0].request.options["tag"]
+    first, resumed = _slots(backend, tag)
+    assert resumed == first
+
+
+async def test_no_slot_is_named_where_the_server_chooses() -> None:
+    """Ollama and vLLM place requests themselves: no slot is sent."""
+    clock = FakeClock()
+    backend = FakeBackend(clock)
+    scheduler = Scheduler(
+        backend, SchedulerSettings(max_sequences=4, server_slots=4), clock=clock
+    )
+    await scheduler.generate(
+        _command("hi", tag="voice"), lane=Lane.VOICE, requester="v"
+    )
+    assert backend.streams[0].request.slot is None
+
+
+async def test_prepare_makes_room_before_the_command_arrives() -> None:
+    """An announced command holds long background prompts back until it came or timed out."""
+    scheduler, backend, clock = _placed(prefill_guard_tokens=100)
+    scheduler.prepare()
+    waiting = spawn(
+        scheduler, chat(tag="long"), Lane.BACKGROUND, "job", prompt_tokens=800
+    )
+    await settle()
+    assert backend.streams == []
+    clock.advance(11.0)  # the command never came
+    scheduler.tick()
+    await waiting
+    assert [s.request.options["tag"] for s in backend.streams] == ["long"]
+
+
+async def test_prepare_preempts_a_background_prefill_and_the_command_clears_it() -> (
+    None
+):
+    """A long prompt the server is still prefilling makes way at once; the command ends the hold."""
+    scheduler, backend, _ = _placed(prefill_guard_tokens=100)
+    gate = asyncio.Event()
+    job = spawn(
+        scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, "job", prompt_tokens=800
+    )
+    await settle()
+    assert len(backend.streams) == 1  # still prefilling: no token yet
+    scheduler.prepare()
+    await settle()
+    assert backend.streams[0].closed_early
+    await scheduler.generate(
+        _command("lights", tag="voice"), lane=Lane.VOICE, requester="v"
+    )
+    gate.set()
+    result = await job
+    assert result.finished.preemptions == 1
+    assert [s.request.options["tag"] for s in backend.streams] == [
+        "job",
+        "voice",
+        "job",
+    ]
+
+
+async def test_learned_limit_stops_background_slowing_voice() -> None:
+    """On a server where each stream costs a whole pass, background makes way while voice talks.
+
+    The fake server advances the clock by ``token_s`` for every token of every stream, so with n
+    streams each one's gap is n times that: what a CPU does. The scheduler learns it from the
+    background streams alone (one, two, then three at once) and, once voice speaks, lets no
+    background stream share the batch with it.
+    """
+    scheduler, backend, _ = _placed()
+    jobs = []
+    for i in range(3):
+        jobs.append(
+            spawn(
+                scheduler, chat(answer_tokens=300, tag="job"), Lane.BACKGROUND, f"j{i}"
+            )
+        )
+        await settle(40)
+    voice = await _voice(scheduler, "turn on", answer_tokens=20)
+    await asyncio.gather(*jobs)
+    assert voice.finished.outcome == "ok"
+    # Alone, voice's gaps are one pass each.
+    assert voice.finished.itl_p95_s is not None
+    assert voice.finished.itl_p95_s <= 1.5 * backend.token_s
+    assert scheduler.snapshot().preemptions_total == 3
+    points = scheduler.batch_cost.points(0.0)
+    assert [p.sequences for p in points][:3] == [1, 2, 3]
+
+
+async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
+    """With Assist-sized prompts the headroom is not lent, and grows to the overlap seen.
+
+    Short foreground prompts cost little to prefill again, so background borrows the headroom
+    while the foreground is idle; an Assist prompt of thousands of tokens does not, and when a
+    chat and a command overlapped, two slots are kept for the foreground.
+    """
+    scheduler, backend, _ = _placed(prefill_guard_tokens=500)
+    state = scheduler._state
+    await scheduler.generate(
+        chat(tag="v"), lane=Lane.VOICE, requester="v", prompt_tokens=100
+    )
+    assert state.headroom_lendable
+    gate = asyncio.Event()
+    jobs = [
+        spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"j{i}")
+        for i in range(4)
+    ]
+    await settle()
+    assert len(backend.active) == 4  # the headroom slot lent while nothing else runs
+    gate.set()
+    await asyncio.gather(*jobs)
+
+    typing = asyncio.Event()
+    chat_task = spawn(
+        scheduler,
+        chat(gate=typing, tag="chat"),
+        Lane.INTERACTIVE,
+        "u",
+        prompt_tokens=2600,
+    )
+    await settle()
+    command = spawn(scheduler, chat(tag="cmd"), Lane.VOICE, "v", prompt_tokens=2600)
+    await settle()
+    typing.set()
+    await asyncio.gather(chat_task, command)
+    assert not state.headroom_lendable
+    assert state.learned_headroom == 2
+    assert scheduler._foreground.slots is not None
+    assert scheduler._foreground.slots.reserved == 2
+    gate = asyncio.Event()
+    jobs = [
+        spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"k{i}")
+        for i in range(4)
+    ]
+    await settle()
+    assert len(backend.active) == 2  # two slots kept for voice and chats
+    gate.set()
+    await asyncio.gather(*jobs)

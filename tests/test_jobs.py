@@ -20,13 +20,10 @@ from syrupy.matchers import path_type
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.jobs.manager import (
-    MAX_FINISHED_JOBS,
-    MAX_WAITING_JOBS,
-    JobManager,
-)
+from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobSpec, JobStatus, WaitReason
 from custom_components.llm_lanes.jobs.prompts import text_prompt
+from custom_components.llm_lanes.jobs.queue import MAX_FINISHED_JOBS, MAX_WAITING_JOBS
 from custom_components.llm_lanes.jobs.store import storage_key
 from custom_components.llm_lanes.jobs.throttles import JobSettings
 

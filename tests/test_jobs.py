@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
@@ -56,19 +57,21 @@ async def start_manager(
     hass: HomeAssistant, scheduler: LoadedScheduler
 ) -> AsyncIterator[StartManager]:
     """Start job managers of the test entry (the default window unless told); stop them after."""
-    started: list[JobManager] = []
+    async with AsyncExitStack() as stops:
 
-    async def start(job_settings: JobSettings | None = None) -> JobManager:
-        manager = JobManager(
-            hass, ENTRY_ID, scheduler, model=MODEL, settings=job_settings or settings()
-        )
-        await manager.async_start()
-        started.append(manager)
-        return manager
+        async def start(job_settings: JobSettings | None = None) -> JobManager:
+            manager = JobManager(
+                hass,
+                ENTRY_ID,
+                scheduler,
+                model=MODEL,
+                settings=job_settings or settings(),
+            )
+            await manager.async_start()
+            stops.push_async_callback(manager.async_stop)
+            return manager
 
-    yield start
-    for manager in started:
-        await manager.async_stop()
+        yield start
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from homeassistant.helpers import entity_registry as er
 from pytest_homeassistant_custom_component.common import MockConfigEntry, MockUser
 
 from custom_components.llm_lanes.const import DOMAIN
-from custom_components.llm_lanes.jobs.manager import MAX_WAITING_JOBS
+from custom_components.llm_lanes.jobs.queue import MAX_WAITING_JOBS
 from custom_components.llm_lanes.jobs.store import storage_key
 from custom_components.llm_lanes.requesters import (
     MAX_NAMED_REQUESTERS,

@@ -1,10 +1,11 @@
-"""Config flow, reconfigure flow, options flow and subentry flows, against real HTTP servers."""
+"""Config flow and reconfigure flow, against real HTTP servers.
+
+The entry's other flows are tested beside this: reauth, options and subentry flows.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-import socket
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from aiohttp import web
@@ -15,30 +16,24 @@ from homeassistant.config_entries import (
     ConfigEntryChange,
     ConfigEntryState,
 )
-from homeassistant.const import ATTR_FRIENDLY_NAME, CONF_API_KEY, CONF_NAME, CONF_URL
+from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.data_entry_flow import FlowResultType
-from homeassistant.helpers import config_validation as cv, entity_registry as er
+from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers.dispatcher import async_dispatcher_connect
-import probatio
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import (
     CONF_KIND,
-    CONF_LLM_HASS_API,
     CONF_MODEL,
-    CONF_PROMPT,
-    CONF_TEMPERATURE,
     DOMAIN,
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 
-from .support.entities import async_flush_snapshots, async_set_options
-from .support.entries import server_entry
-from .support.requests import async_generate
+from .support.llamacpp import free_port
 
 type Routes = dict[str, Callable[[web.Request], Any]]
 
@@ -63,12 +58,6 @@ async def http_server(socket_enabled: None) -> AsyncIterator[Callable[[Routes], 
     yield start
     for runner in runners:
         await runner.cleanup()
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _start_user_flow(hass: HomeAssistant) -> str:
@@ -211,7 +200,7 @@ async def test_user_flow_errors_then_recovers(
     )
 
     flow_id = await _start_user_flow(hass)
-    closed = f"http://127.0.0.1:{_closed_port()}"
+    closed = f"http://127.0.0.1:{free_port()}"
     cases = [
         ({CONF_URL: "not a url"}, {CONF_URL: "invalid_url"}),
         ({CONF_URL: "ftp://example.org"}, {CONF_URL: "invalid_url"}),
@@ -432,349 +421,3 @@ async def _create_entry(hass: HomeAssistant, url: str, model: str) -> ConfigEntr
     entry: ConfigEntry = result["result"]
     assert entry.state is ConfigEntryState.LOADED
     return entry
-
-
-async def test_options_flow(
-    hass: HomeAssistant, init_integration: MockConfigEntry
-) -> None:
-    """Every scheduler setting is offered; the result is stored and applied without reload."""
-    entry = init_integration
-    scheduler = entry.runtime_data.scheduler
-    result = await hass.config_entries.options.async_init(entry.entry_id)
-    assert result["type"] is FlowResultType.FORM
-    schema_keys = {str(key) for key in result["data_schema"].schema}
-    assert {
-        "max_sequences",
-        "prefill_budget",
-        "headroom",
-        "aging_s",
-        "background_share",
-        "preemption",
-        "prefill_guard_tokens",
-        "background_with_voice",
-        "background_paused",
-        "quota_tokens_per_day",
-        "requester_quotas",
-        "quota_action",
-        "policy",
-        "nightly_start",
-        "nightly_end",
-        "voice",
-        "interactive",
-        "automation",
-        "background",
-    } <= schema_keys
-
-    user_input = {
-        "policy": "fifo",
-        "max_sequences": 3,
-        "prefill_budget": 2048,
-        "headroom": 3,
-        "aging_s": 20,
-        "background_share": 20,
-        "preemption": False,
-        "prefill_guard_tokens": 256,
-        "background_with_voice": 1,
-        "background_paused": True,
-        "quota_tokens_per_day": 1000,
-        "requester_quotas": [{"requester": "user:abc", "tokens": 500}],
-        "quota_action": "reject",
-        "nightly_start": "02:00:00",
-        "nightly_end": "05:00:00",
-        "voice": {
-            "ttft_slo_s": 0.4,
-            "itl_slo_s": 0.08,
-            "max_output_tokens": 300,
-            "max_queued": 5,
-        },
-    }
-    # Headroom must leave automations a slot: the form says so and nothing is stored.
-    result = await hass.config_entries.options.async_configure(
-        result["flow_id"], user_input
-    )
-    assert result["type"] is FlowResultType.FORM
-    assert result["errors"] == {"headroom": "headroom_not_below_max_sequences"}
-    assert "max_sequences" not in entry.options
-    # What the user sent stays in the form (the share in percent).
-    shown = {str(key): key for key in result["data_schema"].schema}
-    assert shown["headroom"].default() == 3
-    assert shown["background_share"].default() == 20
-
-    user_input["headroom"] = 1
-    user_input["requester_quotas"] = [{"requester": "Alice's phone", "tokens": 500}]
-    result = await hass.config_entries.options.async_configure(
-        result["flow_id"], user_input
-    )
-    assert result["type"] is FlowResultType.FORM
-    assert result["errors"] == {"requester_quotas": "invalid_quotas"}
-
-    user_input["requester_quotas"] = [
-        {"requester": "user:abc", "tokens": 500},
-        {"requester": "job:digest", "tokens": 2000.0},
-    ]
-    result = await hass.config_entries.options.async_configure(
-        result["flow_id"], user_input
-    )
-    assert result["type"] is FlowResultType.CREATE_ENTRY
-    await hass.async_block_till_done()
-    assert entry.options["max_sequences"] == 3
-    assert entry.options["voice"]["max_queued"] == 5
-    # Stored as the scheduler and the number entity use them.
-    assert entry.options["background_share"] == 0.2
-    assert entry.options["requester_quotas"] == "user:abc=500\njob:digest=2000"
-    assert entry.runtime_data.scheduler is scheduler  # applied live, no reload
-    settings = scheduler.settings
-    assert settings.max_sequences == 3
-    assert settings.headroom == 1
-    assert settings.policy.value == "fifo"
-    assert settings.background_paused is True
-    assert settings.background_share == 0.2
-    assert settings.requester_quotas == {"user:abc": 500, "job:digest": 2000}
-    assert settings.prefill_guard_tokens == 256
-    assert settings.background_with_voice == 1
-    assert settings.lanes[0].ttft_slo_s == 0.4
-
-    # Opened again, the form shows the share in percent and the quotas as rows.
-    result = await hass.config_entries.options.async_init(entry.entry_id)
-    shown = {str(key): key for key in result["data_schema"].schema}
-    assert shown["background_share"].default() == 20
-    assert shown["requester_quotas"].description["suggested_value"] == [
-        {"requester": "user:abc", "tokens": 500},
-        {"requester": "job:digest", "tokens": 2000},
-    ]
-    # Removing every row removes every quota.
-    del user_input["requester_quotas"]
-    result = await hass.config_entries.options.async_configure(
-        result["flow_id"], user_input
-    )
-    assert result["type"] is FlowResultType.CREATE_ENTRY
-    await hass.async_block_till_done()
-    assert scheduler.settings.requester_quotas == {}
-
-
-async def test_quota_picker_offers_known_requesters_by_name(
-    hass: HomeAssistant, init_integration: MockConfigEntry
-) -> None:
-    """People, the requesters the server charged and those with a quota, by their names."""
-    entry = init_integration
-    alice = await hass.auth.async_create_user("Alice")
-    hass.states.async_set(
-        "automation.morning", "on", {ATTR_FRIENDLY_NAME: "Morning briefing"}
-    )
-    await async_generate(entry, requester="automation:automation.morning")
-    await async_generate(entry, requester="job:nightly_digest")
-    await async_set_options(hass, entry, requester_quotas="ai_task=100")
-    await async_flush_snapshots(hass)
-
-    result = await hass.config_entries.options.async_init(entry.entry_id)
-    schema = result["data_schema"].schema
-    quotas = next(
-        selector for key, selector in schema.items() if key == "requester_quotas"
-    )
-    picker = quotas.config["fields"]["requester"]["selector"]
-    offered = {option["value"]: option["label"] for option in picker.config["options"]}
-    assert offered == {
-        f"user:{alice.id}": "Alice (user)",
-        "automation:automation.morning": "Morning briefing (automation)",
-        "job:nightly_digest": "nightly_digest (job)",
-        "ai_task": "AI Task",
-    }
-    # Someone else may still be typed in.
-    assert picker.config["custom_value"] is True
-    # What the frontend receives: an object selector whose rows hold the picker and an amount.
-    fields = probatio.to_field_list(schema, custom_serializer=cv.custom_serializer)
-    (field,) = [field for field in fields if field["name"] == "requester_quotas"]
-    rows = field["selector"]["object"]
-    assert rows["multiple"] is True
-    assert rows["fields"]["requester"]["selector"]["select"]["options"][0] == {
-        "value": "ai_task",
-        "label": "AI Task",
-    }
-    assert rows["fields"]["tokens"]["selector"]["number"]["min"] == 0
-
-
-async def test_subentry_flows(
-    hass: HomeAssistant, init_integration: MockConfigEntry
-) -> None:
-    """Agents and AI Task entities are added and reconfigured; the entry reloads for them."""
-    entry = init_integration
-    result = await hass.config_entries.subentries.async_init(
-        (entry.entry_id, SUBENTRY_CONVERSATION),
-        context={"source": config_entries.SOURCE_USER},
-    )
-    assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "user"
-    result = await hass.config_entries.subentries.async_configure(
-        result["flow_id"],
-        {
-            CONF_NAME: "Second agent",
-            CONF_MODEL: entry.data[CONF_MODEL],
-            CONF_PROMPT: "Be brief.",
-            CONF_LLM_HASS_API: ["assist"],
-            CONF_TEMPERATURE: 0.2,
-        },
-    )
-    assert result["type"] is FlowResultType.CREATE_ENTRY
-    await hass.async_block_till_done()
-    titles = {s.title for s in entry.subentries.values()}
-    assert "Second agent" in titles
-    names = {state.name for state in hass.states.async_all("conversation")}
-    assert names == {"Home Assistant", "Sim agent", "Second agent"}, names
-
-    subentry = next(
-        s for s in entry.subentries.values() if s.subentry_type == SUBENTRY_AI_TASK
-    )
-    result = await entry.start_subentry_reconfigure_flow(hass, subentry.subentry_id)
-    assert result["step_id"] == "reconfigure"
-    result = await hass.config_entries.subentries.async_configure(
-        result["flow_id"], {CONF_MODEL: entry.data[CONF_MODEL], CONF_TEMPERATURE: 0.1}
-    )
-    assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "reconfigure_successful"
-    assert entry.subentries[subentry.subentry_id].data[CONF_TEMPERATURE] == 0.1
-
-
-@pytest.mark.usefixtures("ha_core")
-async def test_subentry_flow_needs_loaded_entry(
-    hass: HomeAssistant, mock_config_entry: MockConfigEntry
-) -> None:
-    """Adding an agent to a server that is not loaded aborts."""
-    mock_config_entry.add_to_hass(hass)
-    result = await hass.config_entries.subentries.async_init(
-        (mock_config_entry.entry_id, SUBENTRY_AI_TASK),
-        context={"source": config_entries.SOURCE_USER},
-    )
-    assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "entry_not_loaded"
-
-
-class KeyedSimulatedServer(SimulatedServer):
-    """The simulated llama.cpp behind an API key: 401 unless ``Authorization: Bearer <key>``."""
-
-    def __init__(self, config: SimConfig, api_key: str) -> None:
-        """Serve ``config``; ``api_key`` may change while it runs (the key was rotated)."""
-        super().__init__(config)
-        self.api_key = api_key
-
-    def _add_routes(self, app: web.Application) -> None:
-        super()._add_routes(app)
-
-        @web.middleware
-        async def check_key(
-            request: web.Request,
-            handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
-        ) -> web.StreamResponse:
-            if request.headers.get("Authorization") != f"Bearer {self.api_key}":
-                return web.json_response({"error": "invalid api key"}, status=401)
-            return await handler(request)
-
-        app.middlewares.append(check_key)
-
-
-@asynccontextmanager
-async def _keyed_server_and_entry(
-    hass: HomeAssistant, server_key: str, entry_key: str
-) -> AsyncIterator[tuple[KeyedSimulatedServer, MockConfigEntry]]:
-    """Run a keyed server on a fixed port (so it can stop and start again) and add its entry."""
-    port = _closed_port()
-    server = KeyedSimulatedServer(SimConfig(slots=2, speed=50.0, port=port), server_key)
-    async with server:
-        entry = server_entry(
-            server.url,
-            "llama_cpp",
-            api_key=entry_key,
-            title="llama.cpp (keyed sim)",
-            unique_id=f"llama_cpp@127.0.0.1:{port}",
-        )
-        entry.add_to_hass(hass)
-        yield server, entry
-
-
-def _reauth_flow_ids(hass: HomeAssistant, entry: MockConfigEntry) -> list[str]:
-    return [
-        str(flow["flow_id"])
-        for flow in entry.async_get_active_flows(hass, {config_entries.SOURCE_REAUTH})
-    ]
-
-
-@pytest.mark.usefixtures("ha_core", "socket_enabled")
-async def test_reauth_when_set_up_is_refused(hass: HomeAssistant) -> None:
-    """A refused key at set-up asks for a new one: wrong key, server down, then the right one."""
-    async with _keyed_server_and_entry(hass, "new", "old") as (server, entry):
-        assert not await hass.config_entries.async_setup(entry.entry_id)
-        await hass.async_block_till_done()
-        assert entry.state is ConfigEntryState.SETUP_ERROR
-        (flow_id,) = _reauth_flow_ids(hass, entry)
-        result = await hass.config_entries.flow.async_configure(flow_id)
-        assert result["type"] is FlowResultType.FORM
-        assert result["step_id"] == "reauth_confirm"
-
-        result = await hass.config_entries.flow.async_configure(
-            flow_id, {CONF_API_KEY: "wrong"}
-        )
-        assert result["type"] is FlowResultType.FORM
-        assert result["errors"] == {"base": "invalid_auth"}
-
-        await server.stop()
-        result = await hass.config_entries.flow.async_configure(
-            flow_id, {CONF_API_KEY: "new"}
-        )
-        assert result["type"] is FlowResultType.FORM
-        assert result["errors"] == {"base": "cannot_connect"}
-
-        await server.start()
-        result = await hass.config_entries.flow.async_configure(
-            flow_id, {CONF_API_KEY: " new "}
-        )
-        assert result["type"] is FlowResultType.ABORT
-        assert result["reason"] == "reauth_successful"
-        await hass.async_block_till_done()
-        assert entry.data[CONF_API_KEY] == "new"
-        assert entry.state is ConfigEntryState.LOADED
-        assert await hass.config_entries.async_unload(entry.entry_id)
-
-
-@pytest.mark.usefixtures("ha_core", "socket_enabled")
-async def test_reauth_when_a_poll_is_refused(hass: HomeAssistant) -> None:
-    """The key is rotated on the server while the entry runs: the next poll starts reauth."""
-    async with _keyed_server_and_entry(hass, "first", "first") as (server, entry):
-        assert await hass.config_entries.async_setup(entry.entry_id)
-        await hass.async_block_till_done()
-        assert _reauth_flow_ids(hass, entry) == []
-
-        server.api_key = "second"
-        coordinator = entry.runtime_data.server
-        await coordinator.async_refresh()
-        await hass.async_block_till_done()
-        assert not coordinator.last_update_success
-        # Refused is not unreachable: no "server unreachable" repair starts counting.
-        assert coordinator.unreachable_since is None
-        (flow_id,) = _reauth_flow_ids(hass, entry)
-
-        result = await hass.config_entries.flow.async_configure(
-            flow_id, {CONF_API_KEY: "second"}
-        )
-        assert result["reason"] == "reauth_successful"
-        await hass.async_block_till_done()
-        assert entry.data[CONF_API_KEY] == "second"
-        assert entry.state is ConfigEntryState.LOADED
-        assert entry.runtime_data.server.last_update_success
-        assert await hass.config_entries.async_unload(entry.entry_id)
-
-
-@pytest.mark.usefixtures("ha_core")
-async def test_reauth_without_key_when_server_no_longer_asks(
-    hass: HomeAssistant, mock_config_entry: MockConfigEntry
-) -> None:
-    """An empty key that the server accepts removes the stored key."""
-    mock_config_entry.add_to_hass(hass)
-    hass.config_entries.async_update_entry(
-        mock_config_entry, data={**mock_config_entry.data, CONF_API_KEY: "stale"}
-    )
-    result = await mock_config_entry.start_reauth_flow(hass)
-    assert result["step_id"] == "reauth_confirm"
-    result = await hass.config_entries.flow.async_configure(
-        result["flow_id"], {CONF_API_KEY: " "}
-    )
-    assert result["reason"] == "reauth_successful"
-    assert CONF_API_KEY not in mock_config_entry.data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 from freezegun.api import FrozenDateTimeFactory
@@ -20,13 +21,10 @@ from syrupy.matchers import path_type
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.jobs.manager import (
-    MAX_FINISHED_JOBS,
-    MAX_WAITING_JOBS,
-    JobManager,
-)
+from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobSpec, JobStatus, WaitReason
 from custom_components.llm_lanes.jobs.prompts import text_prompt
+from custom_components.llm_lanes.jobs.queue import MAX_FINISHED_JOBS, MAX_WAITING_JOBS
 from custom_components.llm_lanes.jobs.store import storage_key
 from custom_components.llm_lanes.jobs.throttles import JobSettings
 
@@ -59,19 +57,21 @@ async def start_manager(
     hass: HomeAssistant, scheduler: LoadedScheduler
 ) -> AsyncIterator[StartManager]:
     """Start job managers of the test entry (the default window unless told); stop them after."""
-    started: list[JobManager] = []
+    async with AsyncExitStack() as stops:
 
-    async def start(job_settings: JobSettings | None = None) -> JobManager:
-        manager = JobManager(
-            hass, ENTRY_ID, scheduler, model=MODEL, settings=job_settings or settings()
-        )
-        await manager.async_start()
-        started.append(manager)
-        return manager
+        async def start(job_settings: JobSettings | None = None) -> JobManager:
+            manager = JobManager(
+                hass,
+                ENTRY_ID,
+                scheduler,
+                model=MODEL,
+                settings=job_settings or settings(),
+            )
+            await manager.async_start()
+            stops.push_async_callback(manager.async_stop)
+            return manager
 
-    yield start
-    for manager in started:
-        await manager.async_stop()
+        yield start
 
 
 @pytest.fixture

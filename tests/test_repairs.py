@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-import socket
 
 from homeassistant.components.repairs import DOMAIN as REPAIRS_DOMAIN
 from homeassistant.config_entries import ConfigEntryState
@@ -25,17 +24,13 @@ from custom_components.llm_lanes.repairs import (
     unreachable_issue_id,
 )
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from .support.llamacpp import free_port
 
 
 @pytest.fixture
 def sim_config(socket_enabled: None) -> SimConfig:
     """Put the simulated server on a fixed port, so it can be stopped and started again."""
-    return SimConfig(slots=2, speed=50.0, port=_free_port())
+    return SimConfig(slots=2, speed=50.0, port=free_port())
 
 
 async def test_unreachable_issue_raised_and_cleared(

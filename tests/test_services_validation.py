@@ -203,7 +203,7 @@ async def test_summarize_trims_to_what_the_slot_leaves_beside_the_answer(
 ) -> None:
     """A job's prompt fits the slot with its answer: 2,048 less the 1,024 output tokens."""
     response = await async_call_action(hass, "summarize", text=_words(5000))
-    room = CONTEXT_PER_SLOT - manager.default_output_tokens
+    room = CONTEXT_PER_SLOT - manager.limits.default_output_tokens
     assert f"context limit of {room} tokens" in response["prompt_note"]
     [job] = manager.jobs()
     assert job.prompt_tokens_estimate <= room
@@ -222,7 +222,7 @@ async def test_summarize_refuses_instructions_that_leave_no_room(
     assert placeholders is not None
     assert placeholders["instructions"] == "1000"
     assert placeholders["maximum"] == str(
-        CONTEXT_PER_SLOT - manager.default_output_tokens
+        CONTEXT_PER_SLOT - manager.limits.default_output_tokens
     )
     assert manager.jobs() == []
 

@@ -6,30 +6,16 @@ import json
 from typing import Any
 
 from homeassistant.components import ai_task, conversation
-from homeassistant.core import HomeAssistant
 from homeassistant.helpers import llm
-from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 import probatio
 
 from .const import SUBENTRY_AI_TASK
-from .coordinator import LLMLanesConfigEntry
 from .core.lanes import Lane
-from .entity import LLMLanesSubentryEntity, async_add_subentry_entities
+from .entity import LLMLanesSubentryEntity, subentry_platform_setup
 from .errors import failure
 from .requesters import AI_TASK_REQUESTER, requester_for_context
 
 PARALLEL_UPDATES = 0
-
-
-async def async_setup_entry(
-    hass: HomeAssistant,
-    entry: LLMLanesConfigEntry,
-    async_add_entities: AddConfigEntryEntitiesCallback,
-) -> None:
-    """Add one AI Task entity per AI Task subentry."""
-    async_add_subentry_entities(
-        entry, async_add_entities, SUBENTRY_AI_TASK, LLMLanesTaskEntity
-    )
 
 
 class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):
@@ -77,3 +63,7 @@ class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):
         return ai_task.GenDataTaskResult(
             conversation_id=chat_log.conversation_id, data=data
         )
+
+
+async_setup_entry = subentry_platform_setup(SUBENTRY_AI_TASK, LLMLanesTaskEntity)
+"""Add one AI Task entity per AI Task subentry."""

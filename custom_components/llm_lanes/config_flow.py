@@ -1,4 +1,8 @@
-"""Config flow for LLM Lanes: the server, the scheduler options, the agents and the clients."""
+"""Config flow for LLM Lanes: add a server, move it (reconfigure), give it a new key (reauth).
+
+The entry's other flows live beside it: the scheduler options in ``options_flow``, the agents,
+AI Task entities and gateway clients (subentries) in ``subentry_flows``.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from homeassistant.config_entries import (
-    SOURCE_RECONFIGURE,
     ConfigEntry,
-    ConfigEntryState,
     ConfigFlow,
     ConfigFlowResult,
     ConfigSubentryFlow,
     OptionsFlow,
-    SubentryFlowResult,
 )
-from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
-from homeassistant.core import HomeAssistant, callback
+from homeassistant.const import CONF_API_KEY, CONF_URL
+from homeassistant.core import callback
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.selector import (
     SelectOptionDict,
@@ -40,10 +41,8 @@ from .backend_setup import (
 from .const import (
     CONF_KIND,
     CONF_MODEL,
-    CONF_ROTATE_KEY,
     DOMAIN,
     LOGGER,
-    OPT_REQUESTER_QUOTAS,
     SUBENTRY_AI_TASK,
     SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
@@ -56,19 +55,12 @@ from .entry_defaults import (
     default_names,
     default_subentries,
     entry_title,
+    other_server_urls,
     server_name,
     subentry_name,
 )
-from .flow_schemas import (
-    async_quota_requesters,
-    client_data,
-    client_schema,
-    options_errors,
-    options_schema,
-    options_to_store,
-    subentry_schema,
-)
-from .gateway.clients import base_urls, new_api_key
+from .options_flow import LLMLanesOptionsFlow
+from .subentry_flows import LLMLanesClientFlow, LLMLanesSubentryFlow
 
 STEP_USER_SCHEMA = probatio.Schema(
     {
@@ -99,15 +91,6 @@ def model_selector(models: tuple[str, ...]) -> SelectSelector:
             sort=True,
         )
     )
-
-
-def other_server_urls(hass: HomeAssistant, entry_id: str | None = None) -> list[str]:
-    """Return the URLs of the servers but ``entry_id`` (names show the port on a shared host)."""
-    return [
-        other.data[CONF_URL]
-        for other in hass.config_entries.async_entries(DOMAIN, include_ignore=False)
-        if other.entry_id != entry_id and CONF_URL in other.data
-    ]
 
 
 class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
@@ -366,147 +349,3 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             SUBENTRY_AI_TASK: LLMLanesSubentryFlow,
             SUBENTRY_CLIENT: LLMLanesClientFlow,
         }
-
-
-class LLMLanesOptionsFlow(OptionsFlow):
-    """Every scheduler setting; applied live, without a reload."""
-
-    async def async_step_init(
-        self, user_input: dict[str, Any] | None = None
-    ) -> ConfigFlowResult:
-        """Show the scheduler settings, lane objectives and limits in sections.
-
-        Settings that contradict each other show an error and store nothing.
-        """
-        errors: dict[str, str] = {}
-        if user_input is not None:
-            errors = options_errors(user_input)
-            try:
-                options = options_to_store(self.config_entry.options, user_input)
-            except ValueError:
-                errors[OPT_REQUESTER_QUOTAS] = "invalid_quotas"
-            if not errors:
-                return self.async_create_entry(data=options)
-        slots = None
-        if self.config_entry.state is ConfigEntryState.LOADED:
-            server = self.config_entry.runtime_data.server
-            slots = server.data.info.slots if server.data is not None else None
-        requesters = await async_quota_requesters(self.hass, self.config_entry)
-        return self.async_show_form(
-            step_id="init",
-            data_schema=options_schema(
-                self.config_entry.options, slots, user_input, requesters
-            ),
-            errors=errors,
-        )
-
-
-class LLMLanesSubentryFlow(ConfigSubentryFlow):
-    """Add or change a conversation agent or an AI Task entity of a server."""
-
-    async def async_step_user(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Add an agent or AI Task entity."""
-        return await self._async_step_set_options(user_input, None)
-
-    async def async_step_reconfigure(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Change an agent or AI Task entity."""
-        return await self._async_step_set_options(
-            user_input, self._get_reconfigure_subentry().data
-        )
-
-    async def _async_step_set_options(
-        self,
-        user_input: dict[str, Any] | None,
-        current: Mapping[str, Any] | None,
-    ) -> SubentryFlowResult:
-        entry = self._get_entry()
-        if entry.state is not ConfigEntryState.LOADED:
-            return self.async_abort(reason="entry_not_loaded")
-        if user_input is not None:
-            data = {key: value for key, value in user_input.items() if key != CONF_NAME}
-            if current is None:
-                return self.async_create_entry(title=user_input[CONF_NAME], data=data)
-            return self.async_update_and_abort(
-                entry, self._get_reconfigure_subentry(), data=data
-            )
-        server = entry.runtime_data.server
-        models = server.data.info.models if server.data is not None else ()
-        name = server_name(
-            ServerKind(entry.data[CONF_KIND]),
-            entry.data[CONF_URL],
-            other_server_urls(self.hass, entry.entry_id),
-        )
-        return self.async_show_form(
-            step_id="user" if current is None else "reconfigure",
-            data_schema=subentry_schema(
-                self.hass,
-                subentry_type=self._subentry_type,
-                models=models or (entry.data[CONF_MODEL],),
-                current=current,
-                default_model=entry.data[CONF_MODEL],
-                default_name=subentry_name(self._subentry_type, name),
-            ),
-        )
-
-
-class LLMLanesClientFlow(ConfigSubentryFlow):
-    """Add or change a gateway client: its lane and limits, and its key (shown once)."""
-
-    def __init__(self) -> None:
-        """Start with nothing chosen."""
-        self._title = ""
-        self._data: dict[str, Any] = {}
-
-    async def async_step_user(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Name the client and choose its lane and limits; a key is made for it."""
-        if user_input is not None:
-            self._title = user_input[CONF_NAME]
-            self._data = {**client_data(user_input), CONF_API_KEY: new_api_key()}
-            return await self.async_step_key()
-        return self.async_show_form(step_id="user", data_schema=client_schema(None))
-
-    async def async_step_reconfigure(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Change the client's lane and limits; rotate its key if asked."""
-        subentry = self._get_reconfigure_subentry()
-        if user_input is not None:
-            self._data = {
-                **client_data(user_input),
-                CONF_API_KEY: subentry.data[CONF_API_KEY],
-            }
-            if user_input.get(CONF_ROTATE_KEY):
-                self._data[CONF_API_KEY] = new_api_key()
-                return await self.async_step_key()
-            return self.async_update_and_abort(
-                self._get_entry(), subentry, data=self._data
-            )
-        return self.async_show_form(
-            step_id="reconfigure", data_schema=client_schema(subentry.data)
-        )
-
-    async def async_step_key(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Show the key, once, with the two base URLs; the key is kept when this step is done."""
-        if user_input is not None:
-            if self.source == SOURCE_RECONFIGURE:
-                return self.async_update_and_abort(
-                    self._get_entry(), self._get_reconfigure_subentry(), data=self._data
-                )
-            return self.async_create_entry(title=self._title, data=self._data)
-        api_key = self._data[CONF_API_KEY]
-        return self.async_show_form(
-            step_id="key",
-            data_schema=probatio.Schema({}),
-            description_placeholders={
-                "api_key": api_key,
-                **base_urls(self.hass, api_key),
-            },
-        )

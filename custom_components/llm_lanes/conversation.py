@@ -8,29 +8,16 @@ from homeassistant.components import conversation
 from homeassistant.components.conversation.models import AbstractConversationAgent
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import MATCH_ALL
-from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import intent
-from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .const import CONF_LLM_HASS_API, CONF_PROMPT, DOMAIN, SUBENTRY_CONVERSATION
 from .coordinator import LLMLanesConfigEntry
 from .core.lanes import Lane
-from .entity import LLMLanesSubentryEntity, async_add_subentry_entities
+from .entity import LLMLanesSubentryEntity, subentry_platform_setup
 from .requesters import device_requester, user_requester
 
 PARALLEL_UPDATES = 0
-
-
-async def async_setup_entry(
-    hass: HomeAssistant,
-    entry: LLMLanesConfigEntry,
-    async_add_entities: AddConfigEntryEntitiesCallback,
-) -> None:
-    """Add one agent per conversation subentry."""
-    async_add_subentry_entities(
-        entry, async_add_entities, SUBENTRY_CONVERSATION, LLMLanesConversationEntity
-    )
 
 
 def lane_for_input(user_input: conversation.ConversationInput) -> Lane:
@@ -122,3 +109,9 @@ class LLMLanesConversationEntity(
                 continue_conversation=False,
             )
         return conversation.async_get_result_from_chat_log(user_input, chat_log)
+
+
+async_setup_entry = subentry_platform_setup(
+    SUBENTRY_CONVERSATION, LLMLanesConversationEntity
+)
+"""Add one agent per conversation subentry."""

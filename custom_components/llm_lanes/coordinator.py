@@ -128,7 +128,32 @@ def model_is_loaded(model: str, info: ServerInfo, metrics: ServerMetrics) -> boo
     return model in info.models
 
 
-class ServerCoordinator(DataUpdateCoordinator[ServerState]):
+class EntryCoordinator[DataT](DataUpdateCoordinator[DataT]):
+    """A coordinator of one LLM server entry, named after its role and the entry."""
+
+    config_entry: LLMLanesConfigEntry
+
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        entry: LLMLanesConfigEntry,
+        role: str,
+        *,
+        update_interval: timedelta | None,
+        request_refresh_debouncer: Debouncer[Any] | None = None,
+    ) -> None:
+        """Bind the coordinator to ``entry``; ``role`` names it in the logs."""
+        super().__init__(
+            hass,
+            LOGGER,
+            config_entry=entry,
+            name=f"{DOMAIN} {role} {entry.title}",
+            update_interval=update_interval,
+            request_refresh_debouncer=request_refresh_debouncer,
+        )
+
+
+class ServerCoordinator(EntryCoordinator[ServerState]):
     """Polls ``server_info`` and ``metrics``; entities go unavailable when a poll fails.
 
     It also keeps the configured model warm: at set-up, and whenever a poll finds it unloaded
@@ -136,19 +161,11 @@ class ServerCoordinator(DataUpdateCoordinator[ServerState]):
     voice command of the day does not pay for a cold load.
     """
 
-    config_entry: LLMLanesConfigEntry
-
     def __init__(
         self, hass: HomeAssistant, entry: LLMLanesConfigEntry, backend: Backend
     ) -> None:
         """Poll ``backend`` for ``entry`` every ``SERVER_POLL_INTERVAL``."""
-        super().__init__(
-            hass,
-            LOGGER,
-            config_entry=entry,
-            name=f"{DOMAIN} server {entry.title}",
-            update_interval=SERVER_POLL_INTERVAL,
-        )
+        super().__init__(hass, entry, "server", update_interval=SERVER_POLL_INTERVAL)
         self.backend = backend
         self.model: str = entry.data[CONF_MODEL]
         self.unreachable_since: datetime | None = None
@@ -361,10 +378,8 @@ def request_finished_event_data(
     }
 
 
-class ActivityCoordinator(DataUpdateCoordinator[SchedulerSnapshot]):
+class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
     """Holds the latest scheduler snapshot of one server, refreshed at most once a second."""
-
-    config_entry: LLMLanesConfigEntry
 
     def __init__(
         self, hass: HomeAssistant, entry: LLMLanesConfigEntry, scheduler: Scheduler
@@ -372,9 +387,8 @@ class ActivityCoordinator(DataUpdateCoordinator[SchedulerSnapshot]):
         """Follow ``scheduler``; nothing happens until ``async_setup``."""
         super().__init__(
             hass,
-            LOGGER,
-            config_entry=entry,
-            name=f"{DOMAIN} activity {entry.title}",
+            entry,
+            "activity",
             update_interval=None,
             request_refresh_debouncer=Debouncer(
                 hass, LOGGER, cooldown=REFRESH_COOLDOWN_S, immediate=True

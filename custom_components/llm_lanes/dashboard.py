@@ -159,30 +159,28 @@ def _section(heading: str, *cards: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _history(title: str, rows: list[Row]) -> dict[str, Any] | None:
+def _graph(rows: list[Row], **card: Any) -> dict[str, Any] | None:
+    """Return a graph card of these rows (None without any: an empty graph shows an error)."""
     if not rows:
         return None
-    return {
-        "type": "history-graph",
-        "title": title,
-        "hours_to_show": HOURS_SHOWN,
-        "entities": rows,
-    }
+    return {**card, "entities": rows}
+
+
+def _history(title: str, rows: list[Row]) -> dict[str, Any] | None:
+    return _graph(rows, type="history-graph", title=title, hours_to_show=HOURS_SHOWN)
 
 
 def _daily_bars(title: str, rows: list[Row]) -> dict[str, Any] | None:
     """Show how much a total grew per day (long-term statistics: the first bar after an hour)."""
-    if not rows:
-        return None
-    return {
-        "type": "statistics-graph",
-        "title": title,
-        "entities": rows,
-        "chart_type": "bar",
-        "stat_types": ["change"],
-        "period": "day",
-        "days_to_show": DAYS_SHOWN,
-    }
+    return _graph(
+        rows,
+        type="statistics-graph",
+        title=title,
+        chart_type="bar",
+        stat_types=["change"],
+        period="day",
+        days_to_show=DAYS_SHOWN,
+    )
 
 
 def _list(title: str | None, rows: list[Row | None]) -> dict[str, Any] | None:

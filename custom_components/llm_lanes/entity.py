@@ -9,7 +9,7 @@ entities of subentries (agents, AI Task) get a device of their own, linked to th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from homeassistant.components import conversation
@@ -208,16 +208,30 @@ class LLMLanesSubentryEntity(ServerEntity):
         )
 
 
-def async_add_subentry_entities(
-    entry: LLMLanesConfigEntry,
-    async_add_entities: AddConfigEntryEntitiesCallback,
+type PlatformSetup = Callable[
+    [HomeAssistant, LLMLanesConfigEntry, AddConfigEntryEntitiesCallback],
+    Coroutine[Any, Any, None],
+]
+"""A platform's ``async_setup_entry``."""
+
+
+def subentry_platform_setup(
     subentry_type: str,
     entity_factory: Callable[[LLMLanesConfigEntry, ConfigSubentry], Entity],
-) -> None:
-    """Add one entity per subentry of ``subentry_type``, each under its subentry."""
-    for subentry in entry.subentries.values():
-        if subentry.subentry_type == subentry_type:
-            async_add_entities(
-                [entity_factory(entry, subentry)],
-                config_subentry_id=subentry.subentry_id,
-            )
+) -> PlatformSetup:
+    """Build the ``async_setup_entry`` of a platform with one entity per subentry of a type."""
+
+    async def async_setup_entry(
+        hass: HomeAssistant,
+        entry: LLMLanesConfigEntry,
+        async_add_entities: AddConfigEntryEntitiesCallback,
+    ) -> None:
+        """Add one entity per subentry of the platform's type, each under its subentry."""
+        for subentry in entry.subentries.values():
+            if subentry.subentry_type == subentry_type:
+                async_add_entities(
+                    [entity_factory(entry, subentry)],
+                    config_subentry_id=subentry.subentry_id,
+                )
+
+    return async_setup_entry

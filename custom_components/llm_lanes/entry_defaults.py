@@ -13,11 +13,14 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.const import CONF_URL
+from homeassistant.core import HomeAssistant
 from homeassistant.helpers import llm
 
 from .const import (
     CONF_LLM_HASS_API,
     CONF_MODEL,
+    DOMAIN,
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
@@ -56,6 +59,15 @@ def server_name(kind: ServerKind, url: str, other_urls: Iterable[str] = ()) -> s
     return (
         f"{SERVER_KIND_NAMES[kind]} on {_address(url) if shared_host else _host(url)}"
     )
+
+
+def other_server_urls(hass: HomeAssistant, entry_id: str | None = None) -> list[str]:
+    """Return the URLs of the servers but ``entry_id`` (names show the port on a shared host)."""
+    return [
+        other.data[CONF_URL]
+        for other in hass.config_entries.async_entries(DOMAIN, include_ignore=False)
+        if other.entry_id != entry_id and CONF_URL in other.data
+    ]
 
 
 def default_names(kind: ServerKind, url: str) -> tuple[str, str]:

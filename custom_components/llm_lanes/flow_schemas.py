@@ -110,6 +110,11 @@ def _choice(values: list[str], translation_key: str) -> SelectSelector:
     )
 
 
+TOKEN_AMOUNT = _number(0, 1_000_000_000, 1000)
+"""A daily quota or a night's budget, in tokens (0: none)."""
+PROMPT_TOKENS = _number(64, 1_048_576, 64)
+"""Tokens of prompts in prefill (the prefill budget)."""
+
 LANE_LIMIT_SELECTORS: dict[str, NumberSelector] = {
     "ttft_slo_s": _number(0.05, 600, 0.05, "s"),
     "itl_slo_s": _number(0.01, 10, 0.01, "s"),
@@ -216,53 +221,33 @@ def options_schema(
     jobs = job_settings_from_options(options)
     shown: Mapping[str, Any] = user_input or {}
 
-    def default(key: str, value: Any) -> Any:
-        return shown.get(key, options.get(key, value))
+    def required(key: str, value: Any) -> probatio.Required:
+        """Ask for ``key``, showing what was sent, else what is stored, else ``value``."""
+        return probatio.Required(key, default=shown.get(key, options.get(key, value)))
 
     fields: dict[Any, Any] = {
-        probatio.Required(
-            OPT_POLICY, default=default(OPT_POLICY, current.policy.value)
-        ): _choice([policy.value for policy in Policy], "policy"),
-        probatio.Required(
-            OPT_MAX_SEQUENCES, default=default(OPT_MAX_SEQUENCES, current.max_sequences)
-        ): _number(1, 256, 1),
-        probatio.Required(
-            OPT_PREFILL_BUDGET,
-            default=default(OPT_PREFILL_BUDGET, current.prefill_budget),
-        ): _number(64, 1_048_576, 64),
-        probatio.Required(
-            OPT_HEADROOM, default=default(OPT_HEADROOM, current.headroom)
-        ): _number(0, 255, 1),
-        probatio.Required(
-            OPT_AGING_S, default=default(OPT_AGING_S, current.aging_s)
-        ): _number(1, 3600, 1, "s"),
+        required(OPT_POLICY, current.policy.value): _choice(
+            [policy.value for policy in Policy], "policy"
+        ),
+        required(OPT_MAX_SEQUENCES, current.max_sequences): _number(1, 256, 1),
+        required(OPT_PREFILL_BUDGET, current.prefill_budget): PROMPT_TOKENS,
+        required(OPT_HEADROOM, current.headroom): _number(0, 255, 1),
+        required(OPT_AGING_S, current.aging_s): _number(1, 3600, 1, "s"),
         probatio.Required(
             OPT_BACKGROUND_SHARE,
             default=shown.get(
                 OPT_BACKGROUND_SHARE, percent_of_fraction(current.background_share)
             ),
         ): _number(0, 100, 1, PERCENTAGE),
-        probatio.Required(
-            OPT_PREEMPTION, default=default(OPT_PREEMPTION, current.preemption)
-        ): BooleanSelector(),
-        probatio.Required(
-            OPT_PREFILL_GUARD,
-            default=default(OPT_PREFILL_GUARD, current.prefill_guard_tokens),
-        ): _number(0, 1_048_576, 64),
-        probatio.Required(
-            OPT_BACKGROUND_WITH_VOICE,
-            default=default(
-                OPT_BACKGROUND_WITH_VOICE, current.background_with_voice or 0
-            ),
+        required(OPT_PREEMPTION, current.preemption): BooleanSelector(),
+        required(OPT_PREFILL_GUARD, current.prefill_guard_tokens): _number(
+            0, 1_048_576, 64
+        ),
+        required(
+            OPT_BACKGROUND_WITH_VOICE, current.background_with_voice or 0
         ): _number(0, 255, 1),
-        probatio.Required(
-            OPT_BACKGROUND_PAUSED,
-            default=default(OPT_BACKGROUND_PAUSED, current.background_paused),
-        ): BooleanSelector(),
-        probatio.Required(
-            OPT_QUOTA_TOKENS_PER_DAY,
-            default=default(OPT_QUOTA_TOKENS_PER_DAY, current.quota_tokens_per_day),
-        ): _number(0, 1_000_000_000, 1000),
+        required(OPT_BACKGROUND_PAUSED, current.background_paused): BooleanSelector(),
+        required(OPT_QUOTA_TOKENS_PER_DAY, current.quota_tokens_per_day): TOKEN_AMOUNT,
         probatio.Optional(
             OPT_REQUESTER_QUOTAS,
             description={
@@ -272,32 +257,17 @@ def options_schema(
                 )
             },
         ): _quota_selector(requesters or []),
-        probatio.Required(
-            OPT_QUOTA_ACTION,
-            default=default(OPT_QUOTA_ACTION, current.quota_action.value),
-        ): _choice([action.value for action in QuotaAction], "quota_action"),
-        probatio.Required(
-            OPT_NIGHTLY_START, default=default(OPT_NIGHTLY_START, DEFAULT_NIGHTLY_START)
-        ): TimeSelector(),
-        probatio.Required(
-            OPT_NIGHTLY_END, default=default(OPT_NIGHTLY_END, DEFAULT_NIGHTLY_END)
-        ): TimeSelector(),
-        probatio.Required(
-            OPT_JOBS_MAX_IN_FLIGHT,
-            default=default(OPT_JOBS_MAX_IN_FLIGHT, jobs.max_in_flight),
-        ): _number(1, 8, 1),
-        probatio.Required(
-            OPT_JOBS_TOKENS_PER_MINUTE,
-            default=default(OPT_JOBS_TOKENS_PER_MINUTE, jobs.tokens_per_minute),
-        ): _number(0, 1_000_000, 100),
-        probatio.Required(
-            OPT_JOBS_NIGHTLY_BUDGET,
-            default=default(OPT_JOBS_NIGHTLY_BUDGET, jobs.nightly_token_budget),
-        ): _number(0, 1_000_000_000, 1000),
-        probatio.Required(
-            OPT_JOBS_RETENTION_DAYS,
-            default=default(OPT_JOBS_RETENTION_DAYS, jobs.retention_days),
-        ): _number(1, 365, 1),
+        required(OPT_QUOTA_ACTION, current.quota_action.value): _choice(
+            [action.value for action in QuotaAction], "quota_action"
+        ),
+        required(OPT_NIGHTLY_START, DEFAULT_NIGHTLY_START): TimeSelector(),
+        required(OPT_NIGHTLY_END, DEFAULT_NIGHTLY_END): TimeSelector(),
+        required(OPT_JOBS_MAX_IN_FLIGHT, jobs.max_in_flight): _number(1, 8, 1),
+        required(OPT_JOBS_TOKENS_PER_MINUTE, jobs.tokens_per_minute): _number(
+            0, 1_000_000, 100
+        ),
+        required(OPT_JOBS_NIGHTLY_BUDGET, jobs.nightly_token_budget): TOKEN_AMOUNT,
+        required(OPT_JOBS_RETENTION_DAYS, jobs.retention_days): _number(1, 365, 1),
     }
     for lane in Lane:
         limits = current.lanes[lane]
@@ -428,7 +398,7 @@ def client_schema(current: Mapping[str, Any] | None) -> probatio.Schema:
         )
     ] = _choice([lane.key for lane in Lane], "lane")
     for key, selector in (
-        (CONF_QUOTA_TOKENS_PER_DAY, _number(0, 1_000_000_000, 1000)),
+        (CONF_QUOTA_TOKENS_PER_DAY, TOKEN_AMOUNT),
         (CONF_MAX_OUTPUT_TOKENS, _number(1, 131072, 1)),
     ):
         fields[

@@ -450,12 +450,7 @@ class RequesterTokensSensor(ActivityEntity, RestoreSensor):
     async def async_added_to_hass(self) -> None:
         """Restore the count from before the restart."""
         await super().async_added_to_hass()
-        last: Any = None
-        if (sensor_data := await self.async_get_last_sensor_data()) is not None:
-            last = sensor_data.native_value
-        elif (state := await self.async_get_last_state()) is not None:
-            last = state.state
-        self._restored = _as_count(last)
+        self._restored = await _async_restored_count(self)
 
     @property
     def native_value(self) -> int:

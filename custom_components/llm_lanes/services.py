@@ -323,11 +323,11 @@ def _job_prompt_room(entry: LLMLanesConfigEntry, max_output: int | None) -> int:
 
     That is its lane's limit, or less: what the server's context leaves beside the answer.
     """
-    manager = entry.runtime_data.jobs
-    room = manager.max_prompt_tokens
+    limits = entry.runtime_data.jobs.limits
+    room = limits.max_prompt_tokens
     context = entry.runtime_data.server.context_per_slot
     if context is not None:
-        output = max_output or manager.default_output_tokens
+        output = max_output or limits.default_output_tokens
         room = min(room, context - output)
     return room
 
@@ -364,7 +364,7 @@ async def async_summarize(call: ServiceCall) -> ServiceResponse:
     user = await _async_user(call)
     manager = entry.runtime_data.jobs
     max_output = data.get(ATTR_MAX_OUTPUT_TOKENS)
-    lane_max = manager.max_output_tokens
+    lane_max = manager.limits.max_output_tokens
     if max_output is not None and max_output > lane_max:
         raise validation_error(
             "max_output_tokens_too_high", value=str(max_output), maximum=str(lane_max)

@@ -8,5 +8,7 @@ A job is a background-lane request that may wait hours for its turn (see ``manag
 - ``throttles``: the run window, the night's ledger and budget, the token bucket, a busy house;
 - ``run``: one run of a job through the scheduler;
 - ``delivery``: the summary-ready event, notify targets, persistent notifications;
+- ``queue``: the jobs an entry keeps (and for how long), the night's ledger and the pause, stored;
+- ``waiters``: the callers waiting for a job, and the entities following the jobs;
 - ``manager``: the ``JobManager`` of one config entry, which ties them together.
 """

@@ -1,6 +1,6 @@
 """The job manager of one config entry: its queue, throttles, runs and deliveries.
 
-The manager keeps the jobs in a ``JobStore`` and starts one only when every throttle allows it:
+The manager starts a queued job only when every throttle allows it:
 
 - the run window is open (default 01:00-06:00 local time) and the night's token budget is not
   spent (it resets when the next window opens); a job asked to run now skips these two;
@@ -13,14 +13,13 @@ Once started, a job is the scheduler's business like any other background reques
 preempted for voice and resumed). Server errors retry with exponential back-off up to
 ``max_attempts``. A job that is streaming when the entry unloads goes back to the queue marked
 ``interrupted`` and runs again, once, after the next load, without using up an attempt; finished
-jobs never run again (and keep no prompt). At most ``MAX_WAITING_JOBS`` jobs wait at once and
-``MAX_FINISHED_JOBS`` finished ones are kept, so the store stays small whatever callers send.
+jobs never run again (and keep no prompt). What is kept, and for how long, is the ``JobQueue``'s
+business (``queue``); the callers waiting for a job and the entities are told by ``waiters``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,35 +31,25 @@ import homeassistant.util.dt as dt_util
 
 from ..const import DOMAIN, LOGGER  # noqa: TID252
 from ..core.errors import LanesError, SchedulerClosedError  # noqa: TID252
-from ..core.lanes import Lane  # noqa: TID252
+from ..core.lanes import Lane, LaneLimits  # noqa: TID252
 from ..core.scheduler import Scheduler  # noqa: TID252
 from ..core.snapshot import FinishedRequest  # noqa: TID252
 from ..errors import validation_error  # noqa: TID252
 from .delivery import async_deliver
 from .model import Job, JobSpec, JobStatus, WaitReason
+from .queue import JobQueue
 from .run import NON_RETRYABLE_ERRORS, async_stream_answer
-from .store import SAVE_DELAY_S, JobStore, JobStoreData
 from .throttles import (
     QUIET_LANES,
     JobSettings,
-    NightLedger,
     TokenBucket,
     house_busy,
     own_wait_reason,
 )
+from .waiters import JobListeners, JobWaiters
 
 TICK_INTERVAL = timedelta(seconds=10)
 """How often waiting jobs are looked at again (window, bucket, back-off, retries, retention)."""
-MAX_WAITING_JOBS = 50
-"""Queued and running jobs of one server; one more is refused before anything is stored."""
-MAX_FINISHED_JOBS = 100
-"""Finished jobs kept (within the retention period); the oldest are forgotten first."""
-
-
-@dataclass(slots=True)
-class _Waiter:
-    future: asyncio.Future[Job]
-    answer_long_waits: bool
 
 
 @dataclass(slots=True)
@@ -94,14 +83,11 @@ class JobManager:
         self._reachable = reachable
         self._model = model
         self._settings = settings or JobSettings()
-        self._store = JobStore(hass, entry_id)
-        self._jobs: dict[str, Job] = {}
+        self._queue = JobQueue(hass, entry_id)
         self._running: dict[str, _Running] = {}
-        self._ledger = NightLedger()
-        self._paused = False
         self._bucket = TokenBucket(self._settings.tokens_per_minute, self._now_ts())
-        self._listeners: list[Callable[[], None]] = []
-        self._waiters: dict[str, list[_Waiter]] = {}
+        self._listeners = JobListeners()
+        self._waiters = JobWaiters(hass)
         self._unsubscribers: list[Callable[[], None]] = []
         self._started = False
         self._stopping = False
@@ -111,9 +97,7 @@ class JobManager:
 
     async def async_start(self) -> None:
         """Load the stored jobs, requeue interrupted ones, and start looking at the queue."""
-        stored = await self._store.async_load()
-        if stored is not None:
-            self._restore(stored)
+        await self._queue.async_load()
         self._prune(dt_util.utcnow())
         self._started = True
         self._unsubscribers.append(
@@ -124,7 +108,7 @@ class JobManager:
         self._unsubscribers.append(
             self._scheduler.add_listener(self._on_request_finished)
         )
-        await self._store.async_save(self._as_store_data())
+        await self._queue.async_save()
         self._pump()
 
     async def async_stop(self) -> None:
@@ -134,34 +118,8 @@ class JobManager:
             self._unsubscribers.pop()()
         for running in list(self._running.values()):
             await self._async_stop_run(running)
-        for waiters in self._waiters.values():
-            for waiter in waiters:
-                if not waiter.future.done():
-                    waiter.future.cancel()
-        self._waiters.clear()
-        await self._store.async_save(self._as_store_data())
-
-    def _restore(self, stored: JobStoreData) -> None:
-        for raw in stored["jobs"]:
-            job = Job.from_stored(raw)
-            if job.status is JobStatus.RUNNING:
-                # The last run stopped without saying how it ended (a crash, or a stop that
-                # could not write): it has not finished, so it runs again.
-                job.interrupt()
-            self._jobs[job.id] = job
-        self._ledger = NightLedger.from_stored(stored["ledger"])
-        self._paused = stored["paused"]
-
-    def _as_store_data(self) -> JobStoreData:
-        return {
-            "jobs": [job.as_stored() for job in self._jobs.values()],
-            "ledger": self._ledger.as_stored(),
-            "paused": self._paused,
-        }
-
-    @callback
-    def _save(self) -> None:
-        self._store.async_delay_save(self._as_store_data, SAVE_DELAY_S)
+        self._waiters.cancel_all()
+        await self._queue.async_save()
 
     # --- settings and state ------------------------------------------------------------------
 
@@ -175,66 +133,47 @@ class JobManager:
         """Apply new throttles (from the options flow) without a reload."""
         self._settings = settings
         self._bucket.set_rate(settings.tokens_per_minute, self._now_ts())
-        self._changed()  # the entities show the budget
+        self._listeners.changed()  # the entities show the budget
         self._schedule_pump()
 
     @property
-    def max_prompt_tokens(self) -> int:
-        """The background lane's context limit (what a job's prompt is trimmed to)."""
-        return self._scheduler.settings.lanes[Lane.BACKGROUND].max_prompt_tokens
-
-    @property
-    def max_output_tokens(self) -> int:
-        """The most output tokens a job may ask for (the background lane's limit)."""
-        return self._scheduler.settings.lanes[Lane.BACKGROUND].max_output_tokens
-
-    @property
-    def default_output_tokens(self) -> int:
-        """The output tokens a job asks for when it names no limit (the background lane's)."""
-        return self._scheduler.settings.lanes[Lane.BACKGROUND].default_output_tokens
+    def limits(self) -> LaneLimits:
+        """The background lane's limits: the context a job's prompt is trimmed to, its output."""
+        return self._scheduler.settings.lanes[Lane.BACKGROUND]
 
     @property
     def paused(self) -> bool:
         """Whether no new job may start (running ones finish)."""
-        return self._paused
+        return self._queue.paused
 
     @callback
     def set_paused(self, paused: bool) -> None:
         """Pause or resume the jobs (the switch)."""
-        self._paused = paused
-        self._save()
-        self._changed()
+        self._queue.paused = paused
+        self._queue.save()
+        self._listeners.changed()
         self._schedule_pump()
 
     def jobs(self) -> list[Job]:
         """Every known job, oldest first."""
-        return sorted(self._jobs.values(), key=lambda job: job.created_at)
+        return sorted(self._queue, key=lambda job: job.created_at)
 
     def has_job(self, job_id: str) -> bool:
         """Whether this entry holds a job with this id."""
-        return job_id in self._jobs
+        return job_id in self._queue
 
     def get(self, job_id: str) -> Job:
         """One job by id (a translated validation error when there is none)."""
-        try:
-            return self._jobs[job_id]
-        except KeyError:
-            raise validation_error("job_not_found", job_id=job_id) from None
+        return self._queue.get(job_id)
 
     @property
     def waiting_count(self) -> int:
         """Queued jobs."""
-        return sum(job.status is JobStatus.QUEUED for job in self._jobs.values())
+        return sum(job.status is JobStatus.QUEUED for job in self._queue)
 
     def waiting_because(self) -> dict[str, int]:
         """How many unfinished jobs wait for each reason."""
-        return dict(
-            Counter(
-                job.wait_reason.value
-                for job in self._jobs.values()
-                if job.wait_reason is not None and not job.status.finished
-            )
-        )
+        return self._queue.waiting_because()
 
     @property
     def running_count(self) -> int:
@@ -245,13 +184,13 @@ class JobManager:
     def done_tonight(self) -> int:
         """Jobs finished since the window last opened."""
         self._roll_night()
-        return self._ledger.jobs_done
+        return self._queue.ledger.jobs_done
 
     @property
     def tokens_tonight(self) -> int:
         """Tokens jobs used since the window last opened."""
         self._roll_night()
-        return self._ledger.tokens
+        return self._queue.ledger.tokens
 
     @property
     def budget_spent(self) -> bool:
@@ -266,35 +205,22 @@ class JobManager:
     @callback
     def add_listener(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
         """Be called when jobs or counters change (for the entities)."""
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return remove
-
-    @callback
-    def _changed(self) -> None:
-        for listener in list(self._listeners):
-            listener()
+        return self._listeners.add(listener)
 
     # --- actions ------------------------------------------------------------------------------
 
     @callback
     def check_room(self) -> None:
         """Refuse a new job while ``MAX_WAITING_JOBS`` wait (a translated validation error)."""
-        waiting = sum(not job.status.finished for job in self._jobs.values())
-        if waiting >= MAX_WAITING_JOBS:
-            raise validation_error("too_many_jobs", maximum=str(MAX_WAITING_JOBS))
+        self._queue.check_room()
 
     async def async_submit(self, spec: JobSpec) -> Job:
         """Queue a new job and look at the queue at once (it may start now)."""
-        self.check_room()
+        self._queue.check_room()
         job = Job.from_spec(uuid4().hex, spec, dt_util.utcnow())
-        self._jobs[job.id] = job
+        self._queue.add(job)
         LOGGER.debug("Job %s queued (requester %s)", job.id, job.requester)
-        await self._store.async_save(self._as_store_data())
+        await self._queue.async_save()
         self._pump()
         return job
 
@@ -319,11 +245,17 @@ class JobManager:
         await asyncio.gather(running.task, return_exceptions=True)
         if running.job.status is JobStatus.RUNNING:
             # Cancelled before its first step: the task's own handlers never ran.
-            self._running.pop(running.job.id, None)
-            if running.cancelled_by_user:
-                self._finish(running.job, JobStatus.CANCELLED)
-            else:
-                self._interrupt(running.job)
+            self._cancelled(running.job)
+
+    @callback
+    def _cancelled(self, job: Job) -> None:
+        """End a run whose task was cancelled: by the user (for good), else by an unload."""
+        running = self._running.pop(job.id, None)
+        if running is not None and running.cancelled_by_user:
+            self._finish(job, JobStatus.CANCELLED)
+        else:
+            # The entry unloads or Home Assistant stops.
+            self._interrupt(job)
 
     async def async_wait(
         self, job_id: str, timeout: float, *, answer_long_waits: bool = False
@@ -337,17 +269,9 @@ class JobManager:
         job = self.get(job_id)
         if job.status.finished or (answer_long_waits and job.waits_long):
             return job
-        waiter = _Waiter(self.hass.loop.create_future(), answer_long_waits)
-        self._waiters.setdefault(job_id, []).append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                return await asyncio.shield(waiter.future)
-        except TimeoutError:
-            return job
-        finally:
-            waiters = self._waiters.get(job_id, [])
-            if waiter in waiters:
-                waiters.remove(waiter)
+        return await self._waiters.async_wait(
+            job, timeout, answer_long_waits=answer_long_waits
+        )
 
     # --- deciding what runs ------------------------------------------------------------------
 
@@ -355,8 +279,10 @@ class JobManager:
         return dt_util.utcnow().timestamp()
 
     def _roll_night(self) -> None:
-        if self._ledger.roll(self._settings.night_start(dt_util.now()).isoformat()):
-            self._save()
+        if self._queue.ledger.roll(
+            self._settings.night_start(dt_util.now()).isoformat()
+        ):
+            self._queue.save()
 
     @callback
     def _on_request_finished(self, finished: FinishedRequest) -> None:
@@ -383,7 +309,7 @@ class JobManager:
     @callback
     def _shared_wait_reason(self) -> WaitReason | None:
         """Why no job at all may start now (None: one may)."""
-        if self._paused:
+        if self._queue.paused:
             return WaitReason.PAUSED
         if not self._reachable():
             return WaitReason.SERVER_UNREACHABLE
@@ -405,12 +331,8 @@ class JobManager:
         window_open = self._settings.in_window(dt_util.as_local(now))
         budget_spent = self.budget_spent
         changed = False
-        queued = sorted(
-            (job for job in self._jobs.values() if job.status is JobStatus.QUEUED),
-            key=lambda job: (not job.run_now, job.created_at),
-        )
         shared = self._shared_wait_reason()
-        for job in queued:
+        for job in self._queue.queued():
             reason = (
                 own_wait_reason(
                     job, now, window_open=window_open, budget_spent=budget_spent
@@ -426,10 +348,10 @@ class JobManager:
                 job.wait_reason = reason
                 changed = True
                 if reason.is_long:
-                    self._answer_waiters(job, finished=False)
+                    self._waiters.answer(job, finished=False)
         if changed:
-            self._save()
-            self._changed()
+            self._queue.save()
+            self._listeners.changed()
 
     @callback
     def _start(self, job: Job) -> None:
@@ -446,12 +368,7 @@ class JobManager:
         try:
             answer = await async_stream_answer(self._scheduler, job, self._model)
         except asyncio.CancelledError:
-            running = self._running.pop(job.id, None)
-            if running is not None and running.cancelled_by_user:
-                self._finish(job, JobStatus.CANCELLED)
-            else:
-                # The entry unloads or Home Assistant stops.
-                self._interrupt(job)
+            self._cancelled(job)
             raise
         except SchedulerClosedError:
             self._running.pop(job.id, None)
@@ -471,7 +388,7 @@ class JobManager:
             self._charge(job.prompt_tokens + job.output_tokens)
             self._finish(job, JobStatus.DONE)
             # Written before delivery, so that a crash from here on never runs the job again.
-            await self._store.async_save(self._as_store_data())
+            await self._queue.async_save()
             await async_deliver(self.hass, self.entry_id, job)
         self._pump()
 
@@ -480,7 +397,7 @@ class JobManager:
         """Put a job stopped by an unload back in the queue, to run again once after the next load."""
         job.interrupt()
         LOGGER.debug("Job %s interrupted; it runs again after the next start", job.id)
-        self._save()
+        self._queue.save()
 
     @callback
     def _failed_attempt(self, job: Job, err: Exception, *, retryable: bool) -> None:
@@ -497,9 +414,9 @@ class JobManager:
                 type(err).__name__,
                 job.not_before.isoformat(),
             )
-            self._answer_waiters(job, finished=False)
-            self._save()
-            self._changed()
+            self._waiters.answer(job, finished=False)
+            self._queue.save()
+            self._listeners.changed()
             return
         LOGGER.warning(
             "Job %s failed after %s attempts: %s", job.id, job.attempts, job.last_error
@@ -509,7 +426,7 @@ class JobManager:
     @callback
     def _charge(self, tokens: int) -> None:
         self._roll_night()
-        self._ledger.tokens += tokens
+        self._queue.ledger.tokens += tokens
         self._bucket.spend(tokens, self._now_ts())
 
     @callback
@@ -517,39 +434,14 @@ class JobManager:
         job.finish(status, dt_util.utcnow())
         if status is JobStatus.DONE:
             self._roll_night()
-            self._ledger.jobs_done += 1
-        self._answer_waiters(job)
+            self._queue.ledger.jobs_done += 1
+        self._waiters.answer(job)
         self._prune(job.finished_at or dt_util.utcnow())
-        self._save()
-        self._changed()
-
-    @callback
-    def _answer_waiters(self, job: Job, *, finished: bool = True) -> None:
-        """Hand the job, as it is now, to the callers of ``async_wait`` waiting for this."""
-        waiters = self._waiters.pop(job.id, [])
-        for waiter in waiters:
-            if (finished or waiter.answer_long_waits) and not waiter.future.done():
-                waiter.future.set_result(job)
-        if kept := [waiter for waiter in waiters if not waiter.future.done()]:
-            self._waiters[job.id] = kept
+        self._queue.save()
+        self._listeners.changed()
 
     def _prune(self, now: datetime) -> None:
-        """Forget finished jobs older than the retention period, and past ``MAX_FINISHED_JOBS``."""
-        cutoff = now - timedelta(days=self._settings.retention_days)
-        # Oldest first (the store keeps jobs in the order they came).
-        finished = sorted(
-            (job for job in self._jobs.values() if job.status.finished),
-            key=lambda job: job.finished_at or job.created_at,
-        )
-        excess = len(finished) - MAX_FINISHED_JOBS
-        old = [
-            job.id
-            for index, job in enumerate(finished)
-            if index < excess
-            or (job.finished_at is not None and job.finished_at < cutoff)
-        ]
-        for job_id in old:
-            del self._jobs[job_id]
-        if old:
-            self._save()
-            self._changed()
+        """Forget finished jobs past the retention period or the most kept (``JobQueue.prune``)."""
+        if self._queue.prune(now, self._settings.retention_days):
+            self._queue.save()
+            self._listeners.changed()

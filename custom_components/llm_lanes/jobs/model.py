@@ -7,7 +7,7 @@ show it without its prompt text (``Job.as_response``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -211,34 +211,9 @@ class Job:
         return (self.finished_at - self.started_at).total_seconds()
 
     def as_stored(self) -> dict[str, Any]:
-        """Return the job as the store keeps it (JSON-safe)."""
+        """Return the job as the store keeps it (JSON-safe: times in ISO form, enums by value)."""
         return {
-            "id": self.id,
-            "name": self.name,
-            "requester": self.requester,
-            "user_id": self.user_id,
-            "created_at": self.created_at.isoformat(),
-            "system_prompt": self.system_prompt,
-            "prompt": self.prompt,
-            "prompt_note": self.prompt_note,
-            "prompt_tokens_estimate": self.prompt_tokens_estimate,
-            "max_output_tokens": self.max_output_tokens,
-            "run_now": self.run_now,
-            "notify_target": self.notify_target,
-            "persistent_notification": self.persistent_notification,
-            "status": self.status.value,
-            "attempts": self.attempts,
-            "interrupted": self.interrupted,
-            "last_error": self.last_error,
-            "wait_reason": self.wait_reason.value if self.wait_reason else None,
-            "not_before": iso_or_none(self.not_before),
-            "started_at": iso_or_none(self.started_at),
-            "finished_at": iso_or_none(self.finished_at),
-            "text": self.text,
-            "prompt_tokens": self.prompt_tokens,
-            "output_tokens": self.output_tokens,
-            "token_source": self.token_source,
-            "ttft_s": self.ttft_s,
+            field.name: _stored(getattr(self, field.name)) for field in fields(self)
         }
 
     @classmethod
@@ -282,6 +257,12 @@ class Job:
             stored.pop(private)
         stored["job_id"] = stored.pop("id")
         return stored
+
+
+def _stored(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value.value if isinstance(value, StrEnum) else value
 
 
 def iso_or_none(value: datetime | None) -> str | None:

@@ -1,8 +1,8 @@
 """Ollama's native API: ``/api/chat`` streamed as NDJSON, ``/api/ps`` for what is loaded.
 
 Raw completions stream ``/api/generate`` (``raw``), embeddings come from ``/api/embed`` and a
-model's description from ``/api/show``. The wire format (the bodies, the lines, tool calls,
-counts) is ``core.protocols.ollama``.
+model's description from ``/api/show``. The wire format is ``core.protocols``:
+the bodies in ``ollama_requests``, the lines (tool calls, counts) in ``ollama_answers``.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from typing import Any
 
 import aiohttp
 
-from ..protocols.ollama import (
+from ..protocols.ollama_answers import StreamDecoder, embed_answer
+from ..protocols.ollama_requests import (
     CHAT_PATH,
     EMBED_PATH,
     GENERATE_PATH,
     SHOW_PATH,
-    StreamDecoder,
     chat_body,
-    embed_answer,
     embed_body,
     generate_body,
 )

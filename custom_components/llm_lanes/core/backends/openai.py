@@ -1,10 +1,10 @@
 """OpenAI-compatible servers: llama.cpp ``llama-server``, vLLM, LM Studio, LocalAI.
 
 Chat streams ``/v1/chat/completions`` as server-sent events, raw completions
-``/v1/completions``; embeddings come from ``/v1/embeddings``. The wire format (the bodies, the
-events, tool-call assembly, usage) is ``core.protocols.openai``. What differs between servers
-(where the slot count, metrics and loaded models come from; how an answer is resumed; vLLM's
-``priority``) is chosen here by ``kind``.
+``/v1/completions``; embeddings come from ``/v1/embeddings``. The wire format is
+``core.protocols``: the bodies in ``openai_requests``, the events (tool-call assembly, usage) in
+``openai_answers``. What differs between servers (where the slot count, metrics and loaded
+models come from; how an answer is resumed; vLLM's ``priority``) is chosen here by ``kind``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,13 @@ from typing import Any
 import aiohttp
 
 from ..errors import BackendError, BackendHTTPError
-from ..protocols.openai import (
+from ..protocols.openai_answers import StreamDecoder, embedding_answer
+from ..protocols.openai_requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
-    StreamDecoder,
     chat_body,
     completion_body,
-    embedding_answer,
     embedding_body,
 )
 from .base import (

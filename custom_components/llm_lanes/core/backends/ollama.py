@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-import logging
-from typing import Any
+from typing import Any, Unpack
 
 import aiohttp
 
@@ -26,7 +25,6 @@ from ..protocols.ollama_requests import (
 )
 from .base import (
     Backend,
-    BackendTimeouts,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -36,9 +34,7 @@ from .base import (
     StreamChunk,
     server_unique_id,
 )
-from .transport import HttpClient
-
-_LOGGER = logging.getLogger(__name__)
+from .transport import ConnectionOptions, HttpClient
 
 KEEP_ALIVE_FOREVER = -1
 """Ollama ``keep_alive`` that keeps a model resident until the server stops."""
@@ -54,12 +50,11 @@ class OllamaBackend(Backend):
         session: aiohttp.ClientSession,
         base_url: str,
         *,
-        timeouts: BackendTimeouts | None = None,
-        api_key: str | None = None,
         keep_alive: int | str | None = KEEP_ALIVE_FOREVER,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``keep_alive`` is sent with every request."""
-        self._http = HttpClient(session, base_url, timeouts=timeouts, api_key=api_key)
+        self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
         self.keep_alive = keep_alive
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 import logging
-from typing import Any
+from typing import Any, Unpack
 
 import aiohttp
 
@@ -28,7 +28,6 @@ from ..protocols.openai_requests import (
 )
 from .base import (
     Backend,
-    BackendTimeouts,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -40,7 +39,7 @@ from .base import (
     server_unique_id,
 )
 from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
-from .transport import HttpClient
+from .transport import ConnectionOptions, HttpClient
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -75,14 +74,13 @@ class OpenAIBackend(Backend):
         base_url: str,
         *,
         kind: ServerKind = ServerKind.OPENAI_COMPATIBLE,
-        timeouts: BackendTimeouts | None = None,
-        api_key: str | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``kind`` picks the server-specific endpoints."""
         if kind is ServerKind.OLLAMA:
             raise ValueError("use OllamaBackend for Ollama's native API")
         self.kind = kind
-        self._http = HttpClient(session, base_url, timeouts=timeouts, api_key=api_key)
+        self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
         self.send_priority = kind is ServerKind.VLLM
         """Whether requests carry ``priority``; turned off when the server refuses it."""

@@ -69,8 +69,6 @@ class OllamaBackend(Backend):
             models=models,
             loaded_models=loaded,
             context_length=context,
-            slots=None,
-            metrics_enabled=False,
             unique_id=server_unique_id(self.kind, self.base_url),
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import replace
 import logging
 from typing import Any, Unpack
 
@@ -198,12 +199,8 @@ class OpenAIBackend(Backend):
             if isinstance(slots, list):
                 slots_total = len(slots)
                 slots_busy = sum(1 for slot in slots if slot_is_busy(slot))
-        return ServerMetrics(
-            requests_running=base.requests_running,
-            requests_waiting=base.requests_waiting,
-            kv_cache_usage=base.kv_cache_usage,
-            prompt_tokens_total=base.prompt_tokens_total,
-            output_tokens_total=base.output_tokens_total,
+        return replace(
+            base,
             slots_total=slots_total,
             slots_busy=slots_busy,
             loaded_models=await self.list_models(),

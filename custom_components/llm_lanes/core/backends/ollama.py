@@ -97,13 +97,7 @@ class OllamaBackend(Backend):
         body: dict[str, Any] = {"model": model, "messages": [], "stream": False}
         if self.keep_alive is not None:
             body["keep_alive"] = self.keep_alive
-        await self._http.request_json(
-            "POST",
-            CHAT_PATH,
-            json_body=body,
-            timeout_s=self._http.timeouts.warm_up_s,
-            model=model,
-        )
+        await self._http.load_model(CHAT_PATH, body, model)
         loaded, _ = await self._loaded()
         return any(_same_model(name, model) for name in loaded)
 

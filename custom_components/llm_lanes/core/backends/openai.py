@@ -218,13 +218,7 @@ class OpenAIBackend(Backend):
             "max_tokens": 1,
             "stream": False,
         }
-        await self._http.request_json(
-            "POST",
-            CHAT_PATH,
-            json_body=body,
-            timeout_s=self._http.timeouts.warm_up_s,
-            model=model,
-        )
+        await self._http.load_model(CHAT_PATH, body, model)
         if self.kind is ServerKind.LM_STUDIO:
             return model in (await self.metrics()).loaded_models
         return True

@@ -176,6 +176,12 @@ class HttpClient:
         """GET a JSON document."""
         return await self.request_json("GET", path)
 
+    async def load_model(self, path: str, body: Mapping[str, Any], model: str) -> Any:
+        """POST a request that loads ``model``: within ``warm_up_s``, not the plain-call limit."""
+        return await self.request_json(
+            "POST", path, json_body=body, timeout_s=self.timeouts.warm_up_s, model=model
+        )
+
     async def stream_chunks(
         self,
         path: str,

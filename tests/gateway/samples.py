@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import openai
@@ -43,3 +44,12 @@ async def long_stream(
         max_tokens=max_tokens,
         extra_body={"ignore_eos": True},
     )
+
+
+def delta_texts(events: Sequence[ChatCompletionChunk]) -> list[str]:
+    """Return the text of each event of a streamed chat that carries some."""
+    return [
+        text
+        for event in events
+        if event.choices and (text := event.choices[0].delta.content)
+    ]

@@ -21,7 +21,7 @@ from tests.support.llamacpp import LlamaServer, session_llama_server
 from tests.support.requests import async_wait_for, finished_requests
 
 from .conftest import Gateway
-from .samples import long_stream
+from .samples import delta_texts, long_stream
 
 pytestmark = pytest.mark.llamacpp
 
@@ -70,11 +70,7 @@ async def test_both_endpoints_in_front_of_llama_server(
         temperature=0,
     )
     events = [event async for event in stream]
-    texts = [
-        e.choices[0].delta.content
-        for e in events
-        if e.choices and e.choices[0].delta.content
-    ]
+    texts = delta_texts(events)
     assert texts
     assert events[-1].usage is not None
     assert events[-1].usage.completion_tokens == 12  # the server's own count

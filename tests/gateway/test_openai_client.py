@@ -13,7 +13,7 @@ from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
 
 from .conftest import Gateway
-from .samples import LIGHTS, TURN_ON
+from .samples import LIGHTS, TURN_ON, delta_texts
 from .sim import embedding_of
 
 
@@ -34,11 +34,7 @@ async def test_streamed_chat_is_scheduled_for_the_client(
     )
     events = [event async for event in stream]
 
-    texts = [
-        e.choices[0].delta.content
-        for e in events
-        if e.choices and e.choices[0].delta.content
-    ]
+    texts = delta_texts(events)
     assert len(texts) >= 2  # one event per token
     assert events[-1].usage is not None
     assert events[-1].usage.completion_tokens == len(texts)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
 import ctypes
 import ctypes.util
 from dataclasses import dataclass
@@ -40,7 +40,6 @@ import sys
 import tarfile
 import tempfile
 import time
-from types import TracebackType
 from typing import Any, Self
 import urllib.error
 import urllib.request
@@ -131,26 +130,17 @@ def _stamp_build_number(source: Path, version: str) -> None:
     script.write_text(text)
 
 
-class _FileLock:
-    """An exclusive ``flock`` on a file, held for the duration of a ``with`` block."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-        self._fd = -1
-
-    def __enter__(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        fcntl.flock(self._fd, fcntl.LOCK_UN)
-        os.close(self._fd)
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on a file for the duration of a ``with`` block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 def _run(args: Sequence[str], *, cwd: Path | None = None, log: Path) -> None:
@@ -180,7 +170,7 @@ def ensure_llama_server(
     build = LlamaServerBuild(base / version)
     if build.binary.is_file() and not rebuild:
         return build
-    with _FileLock(base / f"{version}.lock"):
+    with _file_lock(base / f"{version}.lock"):
         if (
             build.binary.is_file() and not rebuild
         ):  # finished by another process meanwhile
@@ -319,7 +309,7 @@ def ensure_model(
     if path.is_file():
         return path
     folder.mkdir(parents=True, exist_ok=True)
-    with _FileLock(folder / f"{shape.name}.lock"):
+    with _file_lock(folder / f"{shape.name}.lock"):
         if path.is_file():
             return path
         partial = path.with_suffix(f".partial-{os.getpid()}")
@@ -553,13 +543,8 @@ class LlamaServer:
         await asyncio.to_thread(self.wait_healthy)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server."""
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Stop the server (however the block ended)."""
         await asyncio.to_thread(self.stop)
 
 

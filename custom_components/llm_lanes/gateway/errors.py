@@ -30,7 +30,7 @@ from ..core.errors import (  # noqa: TID252
     ServerBusyError,
     ToolsUnsupportedError,
 )
-from ..core.protocols import ollama, openai  # noqa: TID252
+from ..core.protocols import ollama_answers, openai_answers  # noqa: TID252
 from ..core.quotas import BUCKET_S  # noqa: TID252
 
 QUEUE_RETRY_AFTER_S: Final = 2
@@ -197,13 +197,13 @@ class Wire:
 
 OPENAI_WIRE: Final = Wire(
     stream_content_type="text/event-stream",
-    error_body=lambda err: openai.error_body(
+    error_body=lambda err: openai_answers.error_body(
         err.message, kind=err.kind, code=err.code, param=err.param
     ),
-    line=openai.sse_event,
+    line=openai_answers.sse_event,
 )
 OLLAMA_WIRE: Final = Wire(
     stream_content_type="application/x-ndjson",
-    error_body=lambda err: ollama.error_body(err.message),
-    line=ollama.ndjson_line,
+    error_body=lambda err: ollama_answers.error_body(err.message),
+    line=ollama_answers.ndjson_line,
 )

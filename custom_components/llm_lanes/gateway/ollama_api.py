@@ -15,8 +15,9 @@ from aiohttp import web
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from ..core.backends.base import StreamChunk  # noqa: TID252
-from ..core.protocols import ollama  # noqa: TID252
-from ..core.protocols.common import Fields, ParsedChat  # noqa: TID252
+from ..core.protocols import ollama_answers, ollama_requests  # noqa: TID252
+from ..core.protocols.common import ParsedChat  # noqa: TID252
+from ..core.protocols.fields import Fields  # noqa: TID252
 from .auth import Caller, async_authenticate
 from .clients import OLLAMA_PATH
 from .errors import OLLAMA_WIRE
@@ -77,14 +78,16 @@ async def _version(request: web.Request, caller: Caller) -> web.Response:
 
 
 async def _tags(request: web.Request, caller: Caller) -> web.Response:
-    return web.json_response(ollama.tags_to_wire(_server(request, caller).models))
+    return web.json_response(
+        ollama_answers.tags_to_wire(_server(request, caller).models)
+    )
 
 
 async def _ps(request: web.Request, caller: Caller) -> web.Response:
     info = _server(request, caller).info
     loaded = info.loaded_models if info is not None else ()
     context = info.context_length if info is not None else None
-    return web.json_response(ollama.ps_to_wire(loaded, context))
+    return web.json_response(ollama_answers.ps_to_wire(loaded, context))
 
 
 async def _show(request: web.Request, caller: Caller) -> web.Response:
@@ -96,16 +99,20 @@ async def _show(request: web.Request, caller: Caller) -> web.Response:
     details = await server.runtime.backend.model_details(model)
     if details is None:
         info = server.info
-        details = ollama.show_to_wire(info.context_length if info is not None else None)
+        details = ollama_answers.show_to_wire(
+            info.context_length if info is not None else None
+        )
     return web.json_response(details)
 
 
 async def _chat(request: web.Request, caller: Caller) -> web.StreamResponse:
-    return await _generate(request, caller, ollama.parse_chat(await read_json(request)))
+    return await _generate(
+        request, caller, ollama_requests.parse_chat(await read_json(request))
+    )
 
 
 async def _generate_route(request: web.Request, caller: Caller) -> web.StreamResponse:
-    parsed = ollama.parse_generate(await read_json(request))
+    parsed = ollama_requests.parse_generate(await read_json(request))
     return await _generate(request, caller, parsed, generate=True)
 
 
@@ -114,8 +121,8 @@ async def _generate(
 ) -> web.StreamResponse:
     model = parsed.request.model
 
-    def encoder() -> ollama.StreamEncoder:
-        return ollama.StreamEncoder(model=model, generate=generate)
+    def encoder() -> ollama_answers.StreamEncoder:
+        return ollama_answers.StreamEncoder(model=model, generate=generate)
 
     if parsed.load_only:
         # Nothing to generate: Ollama loads the model and answers at once; ours stays loaded.
@@ -130,10 +137,10 @@ async def _generate(
 
 async def _embed(request: web.Request, caller: Caller) -> web.Response:
     started = time.monotonic()
-    parsed = ollama.parse_embed(await read_json(request))
+    parsed = ollama_requests.parse_embed(await read_json(request))
     vectors, usage = await async_embed(request, caller, parsed, ollama_client=True)
     return web.json_response(
-        ollama.embed_to_wire(
+        ollama_answers.embed_to_wire(
             vectors,
             usage,
             model=parsed.request.model,

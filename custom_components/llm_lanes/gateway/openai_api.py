@@ -16,7 +16,7 @@ from aiohttp import web
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
 from ..const import DOMAIN  # noqa: TID252
-from ..core.protocols import openai  # noqa: TID252
+from ..core.protocols import openai_answers, openai_requests  # noqa: TID252
 from ..core.protocols.common import ParsedChat  # noqa: TID252
 from .auth import Caller, async_authenticate, bearer_key
 from .clients import OPENAI_PATH
@@ -63,35 +63,39 @@ async def _async_serve(
 async def _models(request: web.Request, caller: Caller) -> web.Response:
     servers = servers_for(request.app[KEY_HASS], caller)
     names = dict.fromkeys(model for server in servers for model in server.models)
-    return web.json_response(openai.models_to_wire(names, owner=DOMAIN))
+    return web.json_response(openai_answers.models_to_wire(names, owner=DOMAIN))
 
 
 async def _model(request: web.Request, caller: Caller) -> web.Response:
     model = request.match_info["endpoint"].strip("/").removeprefix(MODEL_PREFIX)
     for server in servers_for(request.app[KEY_HASS], caller):
         if (name := server.served_model(model)) is not None:
-            return web.json_response(openai.model_to_wire(name, owner=DOMAIN))
+            return web.json_response(openai_answers.model_to_wire(name, owner=DOMAIN))
     raise model_not_found(model)
 
 
 async def _chat(request: web.Request, caller: Caller) -> web.StreamResponse:
-    parsed = openai.parse_chat(await read_json(request))
-    return await _answer(request, caller, parsed, openai.StreamEncoder, "chatcmpl")
+    parsed = openai_requests.parse_chat(await read_json(request))
+    return await _answer(
+        request, caller, parsed, openai_answers.StreamEncoder, "chatcmpl"
+    )
 
 
 async def _completion(request: web.Request, caller: Caller) -> web.StreamResponse:
-    parsed = openai.parse_completion(await read_json(request))
-    return await _answer(request, caller, parsed, openai.CompletionEncoder, "cmpl")
+    parsed = openai_requests.parse_completion(await read_json(request))
+    return await _answer(
+        request, caller, parsed, openai_answers.CompletionEncoder, "cmpl"
+    )
 
 
 async def _answer(
     request: web.Request,
     caller: Caller,
     parsed: ParsedChat,
-    encoder_type: type[openai.StreamEncoder | openai.CompletionEncoder],
+    encoder_type: type[openai_answers.StreamEncoder | openai_answers.CompletionEncoder],
     id_prefix: str,
 ) -> web.StreamResponse:
-    def encoder() -> openai.StreamEncoder | openai.CompletionEncoder:
+    def encoder() -> openai_answers.StreamEncoder | openai_answers.CompletionEncoder:
         return encoder_type(
             model=parsed.request.model,
             completion_id=f"{id_prefix}-{secrets.token_hex(12)}",
@@ -105,10 +109,10 @@ async def _answer(
 
 
 async def _embeddings(request: web.Request, caller: Caller) -> web.Response:
-    parsed = openai.parse_embeddings(await read_json(request))
+    parsed = openai_requests.parse_embeddings(await read_json(request))
     vectors, usage = await async_embed(request, caller, parsed, ollama_client=False)
     return web.json_response(
-        openai.embeddings_to_wire(
+        openai_answers.embeddings_to_wire(
             vectors, usage, model=parsed.request.model, base64_vectors=parsed.base64
         )
     )

@@ -83,11 +83,11 @@ async def stall(request: web.Request) -> web.StreamResponse:
     return web.Response(status=204)
 
 
-def stream_then(lines: list[str], after: str, content_type: str) -> Handler:
-    """Stream ``lines``, then stall, end the body, or drop the connection."""
+def stream_then(lines: list[str], after: str) -> Handler:
+    """Stream ``lines`` (as plain text), then stall, end the body, or drop the connection."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": content_type})
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
         await response.prepare(request)
         for line in lines:
             await response.write(line.encode() + b"\n")
@@ -101,6 +101,20 @@ def stream_then(lines: list[str], after: str, content_type: str) -> Handler:
         return response
 
     return handler
+
+
+StreamingBackend = Callable[[str, list[str], str], Awaitable[Backend]]
+
+
+@pytest.fixture
+def streaming_backend(session: aiohttp.ClientSession, serve: Serve) -> StreamingBackend:
+    """Make the client of an API whose server streams lines, then does what ``stream_then`` says."""
+
+    async def make(api: str, lines: list[str], after: str) -> Backend:
+        server = await serve({f"POST {chat_path(api)}": stream_then(lines, after)})
+        return make_backend(session, server.url, api)
+
+    return make
 
 
 @pytest.fixture
@@ -173,13 +187,10 @@ async def test_never_answers(
 
 @pytest.mark.parametrize("api", ["ollama", "openai"])
 async def test_headers_but_no_first_token(
-    session: aiohttp.ClientSession, serve: Serve, api: str
+    streaming_backend: StreamingBackend, api: str
 ) -> None:
     """Headers arrive, no line follows: FirstTokenTimeoutError too."""
-    server = await serve(
-        {f"POST {chat_path(api)}": stream_then([], "stall", "text/plain")}
-    )
-    backend = make_backend(session, server.url, api)
+    backend = await streaming_backend(api, [], "stall")
     with pytest.raises(FirstTokenTimeoutError, match=r"no first token within 0\.5 s"):
         await collect(backend.chat(REQUEST), [])
 
@@ -201,13 +212,10 @@ async def test_headers_but_no_first_token(
     ],
 )
 async def test_lines_without_a_token_do_not_count(
-    session: aiohttp.ClientSession, serve: Serve, api: str, line: str
+    streaming_backend: StreamingBackend, api: str, line: str
 ) -> None:
     """A role-only line, then silence: still a first-token timeout, not an idle one."""
-    server = await serve(
-        {f"POST {chat_path(api)}": stream_then([line], "stall", "text/plain")}
-    )
-    backend = make_backend(session, server.url, api)
+    backend = await streaming_backend(api, [line], "stall")
     with pytest.raises(FirstTokenTimeoutError, match=r"no first token within 0\.5 s"):
         await collect(backend.chat(REQUEST), [])
 
@@ -216,13 +224,10 @@ async def test_lines_without_a_token_do_not_count(
     ("api", "line"), [("ollama", OLLAMA_LINE), ("openai", SSE_LINE)]
 )
 async def test_stall_mid_stream(
-    session: aiohttp.ClientSession, serve: Serve, api: str, line: str
+    streaming_backend: StreamingBackend, api: str, line: str
 ) -> None:
     """One token, then silence: StreamIdleTimeoutError after the chunk was delivered."""
-    server = await serve(
-        {f"POST {chat_path(api)}": stream_then([line], "stall", "text/plain")}
-    )
-    backend = make_backend(session, server.url, api)
+    backend = await streaming_backend(api, [line], "stall")
     chunks: list[StreamChunk] = []
     with pytest.raises(StreamIdleTimeoutError, match=r"silent for more than 0\.3 s"):
         await collect(backend.chat(REQUEST), chunks)
@@ -239,14 +244,11 @@ async def test_stall_mid_stream(
     ],
 )
 async def test_garbage_lines(
-    session: aiohttp.ClientSession, serve: Serve, api: str, garbage: str, message: str
+    streaming_backend: StreamingBackend, api: str, garbage: str, message: str
 ) -> None:
     """A line that cannot be parsed: MalformedStreamError quoting it."""
     line = OLLAMA_LINE if api == "ollama" else SSE_LINE
-    server = await serve(
-        {f"POST {chat_path(api)}": stream_then([line, garbage], "end", "text/plain")}
-    )
-    backend = make_backend(session, server.url, api)
+    backend = await streaming_backend(api, [line, garbage], "end")
     with pytest.raises(MalformedStreamError, match=message):
         await collect(backend.chat(REQUEST), [])
 
@@ -256,13 +258,10 @@ async def test_garbage_lines(
 )
 @pytest.mark.parametrize("after", ["drop", "end"])
 async def test_closed_mid_stream(
-    session: aiohttp.ClientSession, serve: Serve, api: str, line: str, after: str
+    streaming_backend: StreamingBackend, api: str, line: str, after: str
 ) -> None:
     """The connection drops (or the body ends) before the server said done: StreamClosedError."""
-    server = await serve(
-        {f"POST {chat_path(api)}": stream_then([line], after, "text/plain")}
-    )
-    backend = make_backend(session, server.url, api)
+    backend = await streaming_backend(api, [line], after)
     chunks: list[StreamChunk] = []
     with pytest.raises(StreamClosedError, match="closed the stream"):
         await collect(backend.chat(REQUEST), chunks)

@@ -10,7 +10,11 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import StreamChunk, ToolCall
 from custom_components.llm_lanes.core.errors import InvalidRequestError
-from custom_components.llm_lanes.core.protocols import ollama, openai
+from custom_components.llm_lanes.core.protocols import (
+    ollama_answers,
+    ollama_requests,
+    openai_requests,
+)
 from tests.core.fakes import FakeClock
 
 from .samples import CHUNKS, REQUESTS
@@ -19,21 +23,21 @@ from .samples import CHUNKS, REQUESTS
 def test_keep_alive_and_think_travel_at_the_top_level() -> None:
     """They are options of ours, top-level fields of Ollama's; the request's keep_alive wins."""
     request = replace(REQUESTS[0], options={"think": False, "keep_alive": "5m", "k": 1})
-    body = ollama.chat_body(request, keep_alive=-1)
+    body = ollama_requests.chat_body(request, keep_alive=-1)
     assert (body["keep_alive"], body["think"], body["options"]) == (
         "5m",
         False,
         {"k": 1},
     )
-    assert ollama.parse_chat(body).request == request
-    assert ollama.chat_body(REQUESTS[0], keep_alive=-1)["keep_alive"] == -1
-    assert "keep_alive" not in ollama.chat_body(REQUESTS[0], keep_alive=None)
-    assert ollama.chat_body(REQUESTS[3], keep_alive=None)["format"] == "json"
+    assert ollama_requests.parse_chat(body).request == request
+    assert ollama_requests.chat_body(REQUESTS[0], keep_alive=-1)["keep_alive"] == -1
+    assert "keep_alive" not in ollama_requests.chat_body(REQUESTS[0], keep_alive=None)
+    assert ollama_requests.chat_body(REQUESTS[3], keep_alive=None)["format"] == "json"
 
 
 def test_an_openai_request_reaches_ollama_with_its_options() -> None:
     """A gateway client's extra OpenAI fields go into Ollama's options."""
-    parsed = openai.parse_chat(
+    parsed = openai_requests.parse_chat(
         {
             "model": "llama3.2",
             "messages": [{"role": "user", "content": "hi"}],
@@ -41,14 +45,16 @@ def test_an_openai_request_reaches_ollama_with_its_options() -> None:
             "top_k": 20,
         }
     )
-    body = ollama.chat_body(parsed.request, keep_alive=None)
+    body = ollama_requests.chat_body(parsed.request, keep_alive=None)
     assert body["options"] == {"num_predict": 10, "top_k": 20}
 
 
 def test_final_line_has_counts_and_durations() -> None:
     """Prompt evaluation lasts until the first token, evaluation from there to the end."""
     clock = FakeClock(100.0)
-    encoder = ollama.StreamEncoder(model="llama3.2", clock=clock, wall_clock=lambda: 0)
+    encoder = ollama_answers.StreamEncoder(
+        model="llama3.2", clock=clock, wall_clock=lambda: 0
+    )
     lines: list[dict[str, Any]] = []
     for chunk in CHUNKS:
         clock.advance(0.25)
@@ -65,7 +71,9 @@ def test_final_line_has_counts_and_durations() -> None:
 
 def test_length_and_unknown_counts() -> None:
     """A cut answer says length; without usage the output is counted from the chunks."""
-    encoder = ollama.StreamEncoder(model="m", clock=FakeClock(), wall_clock=lambda: 0)
+    encoder = ollama_answers.StreamEncoder(
+        model="m", clock=FakeClock(), wall_clock=lambda: 0
+    )
     lines = encoder.feed(StreamChunk(text="a", output_tokens=1))
     lines += encoder.feed(StreamChunk(done=True, finish_reason="length"))
     assert (lines[-1]["done_reason"], lines[-1]["eval_count"]) == ("length", 1)
@@ -77,7 +85,7 @@ def test_length_and_unknown_counts() -> None:
 
 def test_parse_a_typical_client_request() -> None:
     """num_predict -1 sets no limit; a one-word stop is a list of one; stream defaults on."""
-    parsed = ollama.parse_chat(
+    parsed = ollama_requests.parse_chat(
         {
             "model": "m",
             "messages": [
@@ -107,7 +115,7 @@ def test_parse_a_typical_client_request() -> None:
 
 def test_empty_conversation_loads_the_model() -> None:
     """Ollama's load request (no messages) is valid."""
-    parsed = ollama.parse_chat({"model": "m", "messages": [], "stream": False})
+    parsed = ollama_requests.parse_chat({"model": "m", "messages": [], "stream": False})
     assert (parsed.request.messages, parsed.stream) == ((), False)
 
 
@@ -147,5 +155,5 @@ LIST_ARGUMENTS = {
 def test_parse_errors_name_the_field(body: Any, field: str) -> None:
     """A malformed request raises one typed error that names the bad field."""
     with pytest.raises(InvalidRequestError) as caught:
-        ollama.parse_chat(body)
+        ollama_requests.parse_chat(body)
     assert caught.value.field == field

@@ -15,7 +15,7 @@ from custom_components.llm_lanes.core.backends.base import (
     TokenUsage,
 )
 from custom_components.llm_lanes.core.errors import InvalidRequestError
-from custom_components.llm_lanes.core.protocols import openai
+from custom_components.llm_lanes.core.protocols import openai_answers, openai_requests
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 
 from .samples import CALLS, CHUNKS, REQUESTS, read_back
@@ -23,9 +23,9 @@ from .samples import CALLS, CHUNKS, REQUESTS, read_back
 HELLO = REQUESTS[0]
 
 
-def decoder(request: ChatRequest = HELLO) -> openai.StreamDecoder:
+def decoder(request: ChatRequest = HELLO) -> openai_answers.StreamDecoder:
     """Make the client's decoder of an answer to ``request``."""
-    return openai.StreamDecoder(request, "http://server")
+    return openai_answers.StreamDecoder(request, "http://server")
 
 
 def test_ids_and_priority_survive_the_round_trip() -> None:
@@ -38,14 +38,16 @@ def test_ids_and_priority_survive_the_round_trip() -> None:
         ),
         priority=1,
     )
-    body = openai.chat_body(request, {"priority": 1})
-    assert openai.parse_chat(json.loads(json.dumps(body))).request == request
+    body = openai_requests.chat_body(request, {"priority": 1})
+    assert openai_requests.parse_chat(json.loads(json.dumps(body))).request == request
 
 
 def test_request_options_win_over_server_fields() -> None:
     """The prefix is the final assistant message; options override what the server kind adds."""
     request = replace(REQUESTS[1], options={"priority": 9})
-    body = openai.chat_body(request, {"priority": 1, "continue_final_message": True})
+    body = openai_requests.chat_body(
+        request, {"priority": 1, "continue_final_message": True}
+    )
     assert body["messages"][-1] == {"role": "assistant", "content": "Paris is"}
     assert (body["priority"], body["continue_final_message"]) == (9, True)
     assert body["stream_options"] == {"include_usage": True}
@@ -53,7 +55,7 @@ def test_request_options_win_over_server_fields() -> None:
 
 def test_events_name_the_role_first_and_end_with_usage() -> None:
     """chat.completion.chunk events: role first, finish reason, then a usage-only event."""
-    encoder = openai.StreamEncoder(
+    encoder = openai_answers.StreamEncoder(
         model="m", completion_id="chatcmpl-1", created=1700000000, include_usage=True
     )
     events = [event for chunk in CHUNKS for event in encoder.feed(chunk)]
@@ -65,7 +67,7 @@ def test_events_name_the_role_first_and_end_with_usage() -> None:
     answer = encoder.answer()
     assert answer["object"] == "chat.completion"
     assert answer["choices"][0]["message"]["tool_calls"] == [
-        openai.tool_call_to_wire(call) for call in CALLS
+        openai_requests.tool_call_to_wire(call) for call in CALLS
     ]
     assert answer["usage"] == {
         "prompt_tokens": 26,
@@ -76,9 +78,9 @@ def test_events_name_the_role_first_and_end_with_usage() -> None:
 
 def test_without_usage_the_client_estimates_like_admission() -> None:
     """No usage event: the prompt is estimated as the scheduler's admission estimates it."""
-    encoder = openai.StreamEncoder(model="m", completion_id="c", created=0)
+    encoder = openai_answers.StreamEncoder(model="m", completion_id="c", created=0)
     data = b"".join(encoder.encode(chunk) for chunk in CHUNKS)
-    assert data.endswith(openai.SSE_DONE)
+    assert data.endswith(openai_answers.SSE_DONE)
     empty = ChatRequest(model="m", messages=())
     usage = read_back(decoder(empty), data)[-1].usage
     # Three text deltas and one tool-call delta, each counted as a token.
@@ -88,7 +90,7 @@ def test_without_usage_the_client_estimates_like_admission() -> None:
 
 def test_resume_echo_is_dropped() -> None:
     """A server that streams the resume prefix back first: only the new text reaches the caller."""
-    encoder = openai.StreamEncoder(model="m", completion_id="c", created=0)
+    encoder = openai_answers.StreamEncoder(model="m", completion_id="c", created=0)
     pieces = [StreamChunk(text=t, output_tokens=1) for t in ("Once", " upon", " a")]
     data = b"".join(encoder.encode(chunk) for chunk in pieces)
     data += encoder.encode(StreamChunk(done=True, finish_reason="stop"))
@@ -98,7 +100,7 @@ def test_resume_echo_is_dropped() -> None:
 
 def test_parse_a_typical_client_request() -> None:
     """What clients send beyond our own bodies: text parts, developer role, one stop string."""
-    parsed = openai.parse_chat(
+    parsed = openai_requests.parse_chat(
         {
             "model": "m",
             "messages": [
@@ -177,7 +179,7 @@ ASSISTANT_CALL = {
 def test_parse_errors_name_the_field(body: Any, field: str) -> None:
     """A malformed request raises one typed error that names the bad field."""
     with pytest.raises(InvalidRequestError) as caught:
-        openai.parse_chat(body)
+        openai_requests.parse_chat(body)
     assert caught.value.field == field
     assert str(caught.value).startswith(f"{field}: ")
     assert caught.value.placeholders["field"] == field

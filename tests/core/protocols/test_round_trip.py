@@ -3,74 +3,83 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 import json
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from custom_components.llm_lanes.core.backends.base import Answer, ChatRequest
-from custom_components.llm_lanes.core.protocols import ollama, openai
-from custom_components.llm_lanes.core.protocols.common import StreamEncoder
+from custom_components.llm_lanes.core.protocols import (
+    ollama_answers,
+    ollama_requests,
+    openai_answers,
+    openai_requests,
+)
+from custom_components.llm_lanes.core.protocols.common import (
+    ParsedChat,
+    StreamDecoder,
+    StreamEncoder,
+)
 from tests.core.fakes import FakeClock
 
 from .samples import CHUNKS, REQUESTS, read_back
 
 
-def openai_body(request: ChatRequest) -> dict[str, Any]:
-    """Build the OpenAI backend's body."""
-    return openai.chat_body(request)
+@dataclass(frozen=True, slots=True)
+class WireFormat:
+    """Both sides of one format, as the round trips use them."""
+
+    body: Callable[[ChatRequest], dict[str, Any]]
+    """The backend's body of a request."""
+    parse: Callable[[Any], ParsedChat]
+    """The gateway's reading of a client's body."""
+    decoder: Callable[[ChatRequest, str], StreamDecoder]
+    """The backend's reader of a stream."""
+    encoder: Callable[[], StreamEncoder]
+    """The gateway's writer of an answer."""
 
 
-def ollama_body(request: ChatRequest) -> dict[str, Any]:
-    """Build the Ollama backend's body, without a keep_alive of its own."""
-    return ollama.chat_body(request, keep_alive=None)
+FORMATS = {
+    "openai": WireFormat(
+        body=openai_requests.chat_body,
+        parse=openai_requests.parse_chat,
+        decoder=openai_answers.StreamDecoder,
+        encoder=lambda: openai_answers.StreamEncoder(
+            model="m", completion_id="chatcmpl-1", created=0, include_usage=True
+        ),
+    ),
+    "ollama": WireFormat(
+        # Without a keep_alive of the backend's own.
+        body=lambda request: ollama_requests.chat_body(request, keep_alive=None),
+        parse=ollama_requests.parse_chat,
+        decoder=ollama_answers.StreamDecoder,
+        encoder=lambda: ollama_answers.StreamEncoder(
+            model="m", clock=FakeClock(), wall_clock=lambda: 0
+        ),
+    ),
+}
 
 
-def openai_encoder() -> StreamEncoder:
-    """Make the gateway's OpenAI writer, usage included."""
-    return openai.StreamEncoder(
-        model="m", completion_id="chatcmpl-1", created=0, include_usage=True
-    )
+@pytest.fixture(params=list(FORMATS))
+def wire(request: pytest.FixtureRequest) -> WireFormat:
+    """Each format in turn."""
+    return FORMATS[request.param]
 
 
-def ollama_encoder() -> StreamEncoder:
-    """Make the gateway's Ollama writer."""
-    return ollama.StreamEncoder(model="m", clock=FakeClock(), wall_clock=lambda: 0)
-
-
-PROTOCOLS = pytest.mark.parametrize(
-    ("protocol", "body", "encoder"),
-    [(openai, openai_body, openai_encoder), (ollama, ollama_body, ollama_encoder)],
-    ids=["openai", "ollama"],
-)
-
-
-@PROTOCOLS
 @pytest.mark.parametrize("request_", REQUESTS)
-def test_request_round_trip(
-    protocol: ModuleType,
-    body: Callable[[ChatRequest], dict[str, Any]],
-    encoder: Callable[[], StreamEncoder],
-    request_: ChatRequest,
-) -> None:
+def test_request_round_trip(wire: WireFormat, request_: ChatRequest) -> None:
     """A request written as the backend's body and parsed by the server side is the same."""
-    parsed = protocol.parse_chat(json.loads(json.dumps(body(request_))))
+    parsed = wire.parse(json.loads(json.dumps(wire.body(request_))))
     assert parsed.request == request_
     assert parsed.stream is True
 
 
-@PROTOCOLS
-def test_stream_round_trip(
-    protocol: ModuleType,
-    body: Callable[[ChatRequest], dict[str, Any]],
-    encoder: Callable[[], StreamEncoder],
-) -> None:
+def test_stream_round_trip(wire: WireFormat) -> None:
     """Chunks written by the server side and read by the client give the same answer."""
-    writer = encoder()
+    writer = wire.encoder()
     data = b"".join(writer.encode(chunk) for chunk in CHUNKS)
-    chunks = read_back(protocol.StreamDecoder(REQUESTS[0], "http://server"), data)
+    chunks = read_back(wire.decoder(REQUESTS[0], "http://server"), data)
     # Ollama's prompt count is what it evaluated: the decoder says so, the rest is the same.
     decoded = Answer.of(chunks)
     assert decoded.usage is not None
@@ -80,14 +89,9 @@ def test_stream_round_trip(
     assert [chunk.text for chunk in chunks if chunk.text] == ["It", " is", " sunny."]
 
 
-@PROTOCOLS
-def test_whole_answer_holds_the_stream(
-    protocol: ModuleType,
-    body: Callable[[ChatRequest], dict[str, Any]],
-    encoder: Callable[[], StreamEncoder],
-) -> None:
+def test_whole_answer_holds_the_stream(wire: WireFormat) -> None:
     """A client that does not stream gets every piece in one object."""
-    writer = encoder()
+    writer = wire.encoder()
     for chunk in CHUNKS:
         writer.feed(chunk)
     answer = writer.answer()

@@ -21,7 +21,12 @@ from custom_components.llm_lanes.core.errors import (
     InvalidRequestError,
     MalformedStreamError,
 )
-from custom_components.llm_lanes.core.protocols import ollama, openai
+from custom_components.llm_lanes.core.protocols import (
+    ollama_answers,
+    ollama_requests,
+    openai_answers,
+    openai_requests,
+)
 from custom_components.llm_lanes.core.protocols.common import (
     client_options,
     embedding_chunks,
@@ -31,7 +36,7 @@ from custom_components.llm_lanes.core.protocols.common import (
 
 def test_completion_request_is_read_and_refusals_name_the_field() -> None:
     """One prompt, OpenAI sampling fields; what cannot be served is refused by name."""
-    parsed = openai.parse_completion(
+    parsed = openai_requests.parse_completion(
         {"model": "m", "prompt": ["Once"], "max_tokens": 5, "stream": True, "user": "u"}
     )
     assert parsed.request == CompletionRequest(
@@ -46,13 +51,13 @@ def test_completion_request_is_read_and_refusals_name_the_field() -> None:
         ({"prompt": [1, 2]}, "prompt"),
     ):
         with pytest.raises(InvalidRequestError) as err:
-            openai.parse_completion({"model": "m", **body})
+            openai_requests.parse_completion({"model": "m", **body})
         assert err.value.field == field
 
 
 def test_embeddings_request() -> None:
     """Text inputs only; floats or base64."""
-    parsed = openai.parse_embeddings(
+    parsed = openai_requests.parse_embeddings(
         {"model": "m", "input": "hi", "encoding_format": "base64", "dimensions": 4}
     )
     assert parsed.request == EmbeddingRequest(
@@ -61,11 +66,13 @@ def test_embeddings_request() -> None:
     assert parsed.base64
     for body, field in (({"input": [[1, 2]]}, "input"), ({"input": []}, "input")):
         with pytest.raises(InvalidRequestError) as err:
-            openai.parse_embeddings({"model": "m", **body})
+            openai_requests.parse_embeddings({"model": "m", **body})
         assert err.value.field == field
     with pytest.raises(InvalidRequestError, match="encoding_format"):
-        openai.parse_embeddings({"model": "m", "input": "x", "encoding_format": "int8"})
-    ollama_parsed = ollama.parse_embed(
+        openai_requests.parse_embeddings(
+            {"model": "m", "input": "x", "encoding_format": "int8"}
+        )
+    ollama_parsed = ollama_requests.parse_embed(
         {"model": "m", "input": ["a", "b"], "truncate": False, "keep_alive": "5m"}
     )
     assert ollama_parsed.request.inputs == ("a", "b")
@@ -74,7 +81,7 @@ def test_embeddings_request() -> None:
 
 def test_base64_embeddings_are_little_endian_float32() -> None:
     """The packed vectors decode back to the floats (as the openai package decodes them)."""
-    wire = openai.embeddings_to_wire(
+    wire = openai_answers.embeddings_to_wire(
         [(0.5, -1.25)], TokenUsage(3, 0, "server"), model="m", base64_vectors=True
     )
     packed = base64.b64decode(wire["data"][0]["embedding"])
@@ -84,7 +91,7 @@ def test_base64_embeddings_are_little_endian_float32() -> None:
 
 def test_generate_is_a_chat_of_one_turn_or_a_raw_completion() -> None:
     """``system`` and ``prompt`` make a turn; ``raw`` a completion; an empty prompt only loads."""
-    templated = ollama.parse_generate(
+    templated = ollama_requests.parse_generate(
         {
             "model": "m",
             "prompt": "Hi",
@@ -98,21 +105,21 @@ def test_generate_is_a_chat_of_one_turn_or_a_raw_completion() -> None:
     ]
     assert templated.request.max_tokens == 3
     assert not templated.load_only
-    raw = ollama.parse_generate({"model": "m", "prompt": "Once", "raw": True})
+    raw = ollama_requests.parse_generate({"model": "m", "prompt": "Once", "raw": True})
     assert isinstance(raw.request, CompletionRequest)
     assert raw.request.prompt == "Once"
-    assert ollama.parse_generate({"model": "m"}).load_only
-    assert ollama.parse_chat({"model": "m", "messages": []}).load_only
+    assert ollama_requests.parse_generate({"model": "m"}).load_only
+    assert ollama_requests.parse_chat({"model": "m", "messages": []}).load_only
     for field in ("suffix", "template", "context", "images"):
         value: Any = [1] if field in {"context", "images"} else "x"
         with pytest.raises(InvalidRequestError) as err:
-            ollama.parse_generate({"model": "m", "prompt": "p", field: value})
+            ollama_requests.parse_generate({"model": "m", "prompt": "p", field: value})
         assert err.value.field == field
 
 
 def test_completion_and_generate_encoders() -> None:
     """``text_completion`` events (usage at the end when asked); generate lines in ``response``."""
-    encoder = openai.CompletionEncoder(
+    encoder = openai_answers.CompletionEncoder(
         model="m", completion_id="c", created=0, include_usage=True
     )
     chunks = [
@@ -126,15 +133,15 @@ def test_completion_and_generate_encoders() -> None:
     assert events[1]["choices"][0]["finish_reason"] == "length"
     assert events[2]["choices"] == []
     assert events[2]["usage"]["completion_tokens"] == 1
-    assert encoder.encode(StreamChunk(done=True)).endswith(openai.SSE_DONE)
+    assert encoder.encode(StreamChunk(done=True)).endswith(openai_answers.SSE_DONE)
     assert encoder.answer()["choices"][0]["text"] == "Once"
 
-    lines = ollama.StreamEncoder(model="m", generate=True)
+    lines = ollama_answers.StreamEncoder(model="m", generate=True)
     sent = [line for chunk in chunks for line in lines.feed(chunk)]
     assert [line["response"] for line in sent] == ["Once", ""]
     assert "message" not in sent[0]
     assert sent[-1]["done_reason"] == "length"
-    loading = ollama.StreamEncoder(model="m")
+    loading = ollama_answers.StreamEncoder(model="m")
     loading.feed(StreamChunk(done=True, finish_reason="load"))
     assert loading.answer()["done_reason"] == "load"
 

@@ -12,6 +12,8 @@ Each probe asks an endpoint only one kind of server has:
 
 from __future__ import annotations
 
+from typing import Unpack
+
 import aiohttp
 
 from ..errors import (
@@ -20,10 +22,10 @@ from ..errors import (
     BackendError,
     BackendTimeoutError,
 )
-from .base import Backend, BackendTimeouts, ServerKind
+from .base import Backend, ServerKind
 from .ollama import OllamaBackend
 from .openai import OpenAIBackend
-from .transport import HttpClient
+from .transport import ConnectionOptions, HttpClient
 
 
 async def _probe_json(http: HttpClient, path: str) -> object | None:
@@ -41,14 +43,10 @@ async def _probe_json(http: HttpClient, path: str) -> object | None:
 
 
 async def detect_server_kind(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    *,
-    api_key: str | None = None,
-    timeouts: BackendTimeouts | None = None,
+    session: aiohttp.ClientSession, base_url: str, **options: Unpack[ConnectionOptions]
 ) -> ServerKind:
     """Find out which kind of server answers at ``base_url``."""
-    http = HttpClient(session, base_url, timeouts=timeouts, api_key=api_key)
+    http = HttpClient(session, base_url, **options)
     version = await _probe_json(http, "/api/version")
     if isinstance(version, dict) and "version" in version:
         tags = await _probe_json(http, "/api/tags")
@@ -95,27 +93,17 @@ def create_backend(
     session: aiohttp.ClientSession,
     base_url: str,
     kind: ServerKind,
-    *,
-    api_key: str | None = None,
-    timeouts: BackendTimeouts | None = None,
+    **options: Unpack[ConnectionOptions],
 ) -> Backend:
     """Build the client for a server of a known kind."""
     if kind is ServerKind.OLLAMA:
-        return OllamaBackend(session, base_url, timeouts=timeouts, api_key=api_key)
-    return OpenAIBackend(
-        session, base_url, kind=kind, timeouts=timeouts, api_key=api_key
-    )
+        return OllamaBackend(session, base_url, **options)
+    return OpenAIBackend(session, base_url, kind=kind, **options)
 
 
 async def connect(
-    session: aiohttp.ClientSession,
-    base_url: str,
-    *,
-    api_key: str | None = None,
-    timeouts: BackendTimeouts | None = None,
+    session: aiohttp.ClientSession, base_url: str, **options: Unpack[ConnectionOptions]
 ) -> Backend:
     """Detect the server at ``base_url`` and return the client for it."""
-    kind = await detect_server_kind(
-        session, base_url, api_key=api_key, timeouts=timeouts
-    )
-    return create_backend(session, base_url, kind, api_key=api_key, timeouts=timeouts)
+    kind = await detect_server_kind(session, base_url, **options)
+    return create_backend(session, base_url, kind, **options)

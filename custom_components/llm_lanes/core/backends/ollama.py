@@ -1,33 +1,30 @@
 """Ollama's native API: ``/api/chat`` streamed as NDJSON, ``/api/ps`` for what is loaded.
 
 Raw completions stream ``/api/generate`` (``raw``), embeddings come from ``/api/embed`` and a
-model's description from ``/api/show``. The wire format (the bodies, the lines, tool calls,
-counts) is ``core.protocols.ollama``.
+model's description from ``/api/show``. The wire format is ``core.protocols``:
+the bodies in ``ollama_requests``, the lines (tool calls, counts) in ``ollama_answers``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-import logging
-from typing import Any
+from typing import Any, Unpack
 
 import aiohttp
 
-from ..protocols.ollama import (
+from ..protocols.ollama_answers import StreamDecoder, embed_answer
+from ..protocols.ollama_requests import (
     CHAT_PATH,
     EMBED_PATH,
     GENERATE_PATH,
     SHOW_PATH,
-    StreamDecoder,
     chat_body,
-    embed_answer,
     embed_body,
     generate_body,
 )
 from .base import (
     Backend,
-    BackendTimeouts,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -37,9 +34,7 @@ from .base import (
     StreamChunk,
     server_unique_id,
 )
-from .transport import HttpClient
-
-_LOGGER = logging.getLogger(__name__)
+from .transport import ConnectionOptions, HttpClient
 
 KEEP_ALIVE_FOREVER = -1
 """Ollama ``keep_alive`` that keeps a model resident until the server stops."""
@@ -55,12 +50,11 @@ class OllamaBackend(Backend):
         session: aiohttp.ClientSession,
         base_url: str,
         *,
-        timeouts: BackendTimeouts | None = None,
-        api_key: str | None = None,
         keep_alive: int | str | None = KEEP_ALIVE_FOREVER,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``keep_alive`` is sent with every request."""
-        self._http = HttpClient(session, base_url, timeouts=timeouts, api_key=api_key)
+        self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
         self.keep_alive = keep_alive
 
@@ -75,8 +69,6 @@ class OllamaBackend(Backend):
             models=models,
             loaded_models=loaded,
             context_length=context,
-            slots=None,
-            metrics_enabled=False,
             unique_id=server_unique_id(self.kind, self.base_url),
         )
 
@@ -105,13 +97,7 @@ class OllamaBackend(Backend):
         body: dict[str, Any] = {"model": model, "messages": [], "stream": False}
         if self.keep_alive is not None:
             body["keep_alive"] = self.keep_alive
-        await self._http.request_json(
-            "POST",
-            CHAT_PATH,
-            json_body=body,
-            timeout_s=self._http.timeouts.warm_up_s,
-            model=model,
-        )
+        await self._http.load_model(CHAT_PATH, body, model)
         loaded, _ = await self._loaded()
         return any(_same_model(name, model) for name in loaded)
 

@@ -1,35 +1,34 @@
 """OpenAI-compatible servers: llama.cpp ``llama-server``, vLLM, LM Studio, LocalAI.
 
 Chat streams ``/v1/chat/completions`` as server-sent events, raw completions
-``/v1/completions``; embeddings come from ``/v1/embeddings``. The wire format (the bodies, the
-events, tool-call assembly, usage) is ``core.protocols.openai``. What differs between servers
-(where the slot count, metrics and loaded models come from; how an answer is resumed; vLLM's
-``priority``) is chosen here by ``kind``.
+``/v1/completions``; embeddings come from ``/v1/embeddings``. The wire format is
+``core.protocols``: the bodies in ``openai_requests``, the events (tool-call assembly, usage) in
+``openai_answers``. What differs between servers (where the slot count, metrics and loaded
+models come from; how an answer is resumed; vLLM's ``priority``) is chosen here by ``kind``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import replace
 import logging
-from typing import Any
+from typing import Any, Unpack
 
 import aiohttp
 
 from ..errors import BackendError, BackendHTTPError
-from ..protocols.openai import (
+from ..protocols.openai_answers import StreamDecoder, embedding_answer
+from ..protocols.openai_requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
-    StreamDecoder,
     chat_body,
     completion_body,
-    embedding_answer,
     embedding_body,
 )
 from .base import (
     Backend,
-    BackendTimeouts,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
@@ -41,7 +40,7 @@ from .base import (
     server_unique_id,
 )
 from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
-from .transport import HttpClient
+from .transport import ConnectionOptions, HttpClient
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -76,14 +75,13 @@ class OpenAIBackend(Backend):
         base_url: str,
         *,
         kind: ServerKind = ServerKind.OPENAI_COMPATIBLE,
-        timeouts: BackendTimeouts | None = None,
-        api_key: str | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``kind`` picks the server-specific endpoints."""
         if kind is ServerKind.OLLAMA:
             raise ValueError("use OllamaBackend for Ollama's native API")
         self.kind = kind
-        self._http = HttpClient(session, base_url, timeouts=timeouts, api_key=api_key)
+        self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
         self.send_priority = kind is ServerKind.VLLM
         """Whether requests carry ``priority``; turned off when the server refuses it."""
@@ -201,12 +199,8 @@ class OpenAIBackend(Backend):
             if isinstance(slots, list):
                 slots_total = len(slots)
                 slots_busy = sum(1 for slot in slots if slot_is_busy(slot))
-        return ServerMetrics(
-            requests_running=base.requests_running,
-            requests_waiting=base.requests_waiting,
-            kv_cache_usage=base.kv_cache_usage,
-            prompt_tokens_total=base.prompt_tokens_total,
-            output_tokens_total=base.output_tokens_total,
+        return replace(
+            base,
             slots_total=slots_total,
             slots_busy=slots_busy,
             loaded_models=await self.list_models(),
@@ -224,13 +218,7 @@ class OpenAIBackend(Backend):
             "max_tokens": 1,
             "stream": False,
         }
-        await self._http.request_json(
-            "POST",
-            CHAT_PATH,
-            json_body=body,
-            timeout_s=self._http.timeouts.warm_up_s,
-            model=model,
-        )
+        await self._http.load_model(CHAT_PATH, body, model)
         if self.kind is ServerKind.LM_STUDIO:
             return model in (await self.metrics()).loaded_models
         return True

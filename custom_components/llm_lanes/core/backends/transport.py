@@ -75,6 +75,15 @@ class CallOptions(TypedDict, total=False):
     """The model the call is about (a 404 naming it is ``ModelNotFoundError``)."""
 
 
+class ConnectionOptions(TypedDict, total=False):
+    """How a client reaches a server besides its session and base URL."""
+
+    timeouts: BackendTimeouts | None
+    """How long to wait for the server (``BackendTimeouts()`` when not given)."""
+    api_key: str | None
+    """A bearer key the server asks for."""
+
+
 class HttpClient:
     """Thin JSON/streaming client around a caller-owned aiohttp session."""
 
@@ -82,16 +91,14 @@ class HttpClient:
         self,
         session: aiohttp.ClientSession,
         base_url: str,
-        *,
-        timeouts: BackendTimeouts | None = None,
-        api_key: str | None = None,
+        **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the session, base URL, timeouts and optional bearer key."""
         self.session = session
         self.base_url = normalize_base_url(base_url)
-        self.timeouts = timeouts or BackendTimeouts()
+        self.timeouts = options.get("timeouts") or BackendTimeouts()
         self._headers: dict[str, str] = {}
-        if api_key:
+        if api_key := options.get("api_key"):
             self._headers["Authorization"] = f"Bearer {api_key}"
 
     def url(self, path: str) -> str:
@@ -168,6 +175,12 @@ class HttpClient:
     async def get_json(self, path: str) -> Any:
         """GET a JSON document."""
         return await self.request_json("GET", path)
+
+    async def load_model(self, path: str, body: Mapping[str, Any], model: str) -> Any:
+        """POST a request that loads ``model``: within ``warm_up_s``, not the plain-call limit."""
+        return await self.request_json(
+            "POST", path, json_body=body, timeout_s=self.timeouts.warm_up_s, model=model
+        )
 
     async def stream_chunks(
         self,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 import contextlib
+from dataclasses import dataclass, field
 import logging
 
 from .accounting import Accounting
@@ -28,60 +29,40 @@ from .ticket import Ticket
 _LOGGER = logging.getLogger(__name__)
 
 
+@dataclass(eq=False, kw_only=True, slots=True)
 class Attempts:
     """Starts, streams, preempts and ends the attempts of one scheduler's requests."""
 
-    __slots__ = (
-        "_accounting",
-        "_backend",
-        "_clock",
-        "_dispatch",
-        "_foreground",
-        "_state",
-        "loop",
-        "pumps",
-    )
-
-    def __init__(
-        self,
-        backend: Backend,
-        state: RunState,
-        *,
-        foreground: ForegroundCare,
-        accounting: Accounting,
-        clock: Callable[[], float],
-        dispatch: Callable[[], None],
-    ) -> None:
-        """Run attempts against ``backend``; ``dispatch`` decides again when room frees."""
-        self._backend = backend
-        self._state = state
-        self._foreground = foreground
-        self._accounting = accounting
-        self._clock = clock
-        self._dispatch = dispatch
-        self.loop: asyncio.AbstractEventLoop | None = None
-        """The event loop the pumps run on (set by the scheduler's first submission)."""
-        self.pumps: set[asyncio.Task[None]] = set()
-        """The pumps not yet done."""
+    backend: Backend
+    state: RunState
+    foreground: ForegroundCare
+    accounting: Accounting
+    clock: Callable[[], float]
+    dispatch: Callable[[], None]
+    """Decides again (called when a slot or the prefill budget frees)."""
+    loop: asyncio.AbstractEventLoop | None = None
+    """The event loop the pumps run on (set by the scheduler's first submission)."""
+    pumps: set[asyncio.Task[None]] = field(default_factory=set)
+    """The pumps not yet done."""
 
     def start(self, ticket: Ticket, now: float, rank: float) -> None:
         """Admit a request: take its slot, charge its prompt, start the pump for this attempt."""
         queued = ticket.queued
-        self._state.start(queued, rank)
+        self.state.start(queued, rank)
         ticket.attempts += 1
         ticket.attempt_live = ticket.attempts
         if ticket.admitted_at is None:
             ticket.admitted_at = now
-        self._accounting.charge_prompt(ticket, now)
+        self.accounting.charge_prompt(ticket, now)
         request = ticket.next_attempt()
         if request is not None:
-            request = self._foreground.place(ticket, request, now)
+            request = self.foreground.place(ticket, request, now)
         if request is None:
             # Preempted right after its last token: nothing is left to generate.
-            self._state.release(queued)
+            self.state.release(queued)
             ticket.attempt_live = None
             final = StreamChunk(done=True, finish_reason="length")
-            ticket.channel.put(self._accounting.settle(ticket, final))
+            ticket.channel.put(self.accounting.settle(ticket, final))
             return
         assert self.loop is not None  # set by the first submission
         task = self.loop.create_task(
@@ -95,15 +76,15 @@ class Attempts:
     def preempt(self, ticket: Ticket, now: float) -> None:
         """Cancel a background stream at the server, keep its output and requeue it at the head."""
         queued = ticket.queued
-        self._state.release(queued)
-        self._foreground.free(ticket, now, cancelled=True)
+        self.state.release(queued)
+        self.foreground.free(ticket, now, cancelled=True)
         ticket.attempt_live = None
         if ticket.pump is not None:
             ticket.pump.cancel()
             ticket.pump = None
-        self._accounting.count_preempted(ticket)
+        self.accounting.count_preempted(ticket)
         ticket.requeued()
-        self._state.requeue_front(queued, now)
+        self.state.requeue_front(queued, now)
         _LOGGER.debug(
             "preempted request %s after %s tokens", queued.seq, queued.output_tokens
         )
@@ -113,37 +94,35 @@ class Attempts:
 
         With ``stop`` its pump is cancelled too (closing the stream at the server).
         """
-        self._state.remove(ticket.queued)
-        if self._state.release(ticket.queued):
-            self._foreground.free(ticket, self._clock(), cancelled=True)
+        self.state.remove(ticket.queued)
+        if self.state.release(ticket.queued):
+            self.foreground.free(ticket, self.clock(), cancelled=True)
         ticket.attempt_live = None
         if stop and ticket.pump is not None:
             ticket.pump.cancel()
 
     def _release_slot(self, ticket: Ticket) -> None:
-        if self._state.release(ticket.queued):
-            self._foreground.free(ticket, self._clock(), cancelled=False)
+        if self.state.release(ticket.queued):
+            self.foreground.free(ticket, self.clock(), cancelled=False)
             ticket.attempt_live = None
-            self._dispatch()
+            self.dispatch()
 
     async def _pump(self, ticket: Ticket, attempt: int, request: ChatRequest) -> None:
         """Read one attempt's stream from the server into the caller's channel."""
         stream: AsyncGenerator[StreamChunk] | None = None
-        accounting = self._accounting
+        accounting = self.accounting
         try:
-            await self._foreground.prefill_in_steps(
-                ticket, request, self._state.settings
-            )
-            iterator = self._backend.chat(request)
+            await self.foreground.prefill_in_steps(ticket, request, self.state.settings)
+            iterator = self.backend.chat(request)
             if isinstance(iterator, AsyncGenerator):
                 stream = iterator
             async for chunk in iterator:
                 if ticket.attempt_live != attempt:
                     return
                 prefilling = ticket.queued.prefilling
-                accounting.charge_chunk(ticket, chunk, self._clock())
-                if prefilling and not ticket.queued.prefilling and self._state.waiting:
-                    self._dispatch()  # its prompt left the prefill budget
+                accounting.charge_chunk(ticket, chunk, self.clock())
+                if prefilling and not ticket.queued.prefilling and self.state.waiting:
+                    self.dispatch()  # its prompt left the prefill budget
                 if chunk.done:
                     final = accounting.settle(ticket, chunk)
                     self._release_slot(ticket)

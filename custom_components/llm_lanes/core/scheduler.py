@@ -114,8 +114,8 @@ class Scheduler:
             cost_model=self._foreground.cost_model,
         )
         self._attempts = Attempts(
-            backend,
-            self._state,
+            backend=backend,
+            state=self._state,
             foreground=self._foreground,
             accounting=self._accounting,
             clock=self._clock,

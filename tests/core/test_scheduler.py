@@ -506,7 +506,7 @@ async def test_close_fails_every_caller_and_leaks_nothing() -> None:
             await task
     assert backend.active == []
     assert backend.streams[0].closed_early
-    assert not scheduler._pumps
+    assert not scheduler._attempts.pumps
     assert len(finished) == 2
     with pytest.raises(SchedulerClosedError):
         await scheduler.generate(chat(), lane=Lane.VOICE, requester="a")

@@ -20,7 +20,7 @@ from .errors import QueueTimeoutError
 from .lanes import Lane
 from .metrics import GroupStats
 from .quotas import QuotaLedger
-from .run_state import RunState, ShareLedger
+from .run_state import RunState
 from .settings import SchedulerSettings
 from .snapshot import FinishedRequest
 from .ticket import Ticket
@@ -47,18 +47,17 @@ class Accounting:
     def __init__(
         self,
         settings: SchedulerSettings,
+        state: RunState,
         *,
-        share: ShareLedger,
         window_s: float,
-        state: RunState | None = None,
         cost_model: BatchCostModel | None = None,
     ) -> None:
-        """Charge with the weights of ``settings``; ``share`` is the policy's share ledger.
+        """Charge with the weights of ``settings``, into ``state``'s share ledger.
 
-        With ``state`` and ``cost_model``, every gap also teaches the model how the sequences
-        in flight slow the tokens.
+        With ``cost_model``, every gap also teaches the model how the sequences in flight slow
+        the tokens.
         """
-        self.share = share
+        self.share = state.share
         self._state = state
         self._cost_model = cost_model
         self.quotas = QuotaLedger()
@@ -106,10 +105,7 @@ class Accounting:
             ticket.lane_stats.output_rate.add(now, tokens, self._window_s)
             ticket.requester_stats.output_rate.add(now, tokens, self._window_s)
         if tokens or chunk.text or chunk.tool_calls:
-            if self._state is not None:
-                self._state.prefill_done(ticket.queued)
-            else:
-                ticket.queued.prefilling = False
+            self._state.prefill_done(ticket.queued)
             last = ticket.last_token_at
             if last is None:
                 ticket.first_token_at = now
@@ -118,7 +114,7 @@ class Accounting:
                 ticket.gaps.append(gap)
                 ticket.lane_stats.itl.add(now, gap)
                 ticket.requester_stats.itl.add(now, gap)
-                if self._cost_model is not None and self._state is not None:
+                if self._cost_model is not None:
                     self._cost_model.observe(self._state.in_flight, gap)
             ticket.last_token_at = now
         if chunk.text:

@@ -14,11 +14,10 @@ Contract:
 
 What runs next is decided in ``policy.py`` from the bookkeeping of ``run_state.py``; this module
 carries the decisions out. Each request is tracked by a ``ticket.Ticket``; each admitted attempt
-gets a *pump* task that reads the backend's stream, charges the tokens (``accounting.py``: fairness
-counters, background share, metrics) and hands the chunks to the caller through the ticket's
-channel. Preempting a stream cancels its pump (which closes the backend stream, cancelling it at
-the server) and requeues the request; its next pump sends the kept text back as an assistant
-prefix, and the caller keeps reading the same channel, so it sees one seamless stream.
+runs in ``attempts.py``, whose pump reads the server's stream, charges the tokens
+(``accounting.py``: fairness counters, background share, metrics) and hands the chunks to the
+caller through the ticket's channel. A preempted request resumes on a later attempt; the caller
+keeps reading the same channel, so it sees one seamless stream.
 
 Where the server lets clients choose the slot, every attempt is placed by ``slots.py`` (prompt
 caches kept warm). Every streamed gap feeds ``batch_cost.py``'s curve of how the batch size slows
@@ -39,12 +38,14 @@ from functools import partial
 import itertools
 import logging
 import time
+from typing import NotRequired, TypedDict, Unpack
 
 from .accounting import Accounting
 from .admission import admission
+from .attempts import Attempts
 from .backends.base import Answer, Backend, ChatRequest, StreamChunk, TokenUsage
 from .batch_cost import BatchCostModel
-from .errors import QueueTimeoutError, SchedulerClosedError, StreamClosedError
+from .errors import QueueTimeoutError, SchedulerClosedError
 from .foreground import ForegroundCare
 from .lanes import Lane
 from .policy import Preempt, create_policy
@@ -57,6 +58,18 @@ from .tokens import estimate_prompt_tokens
 _LOGGER = logging.getLogger(__name__)
 
 type Listener = Callable[[FinishedRequest], None]
+
+
+class Submission(TypedDict):
+    """What a caller says of a request besides the request itself."""
+
+    lane: Lane
+    requester: str
+    prompt_tokens: NotRequired[int | None]
+    """The prompt's size when the caller knows it (None: estimated from the request)."""
+    deadline_s: NotRequired[float | None]
+    """Bounds the wait for admission (seconds from submission) when tighter than the lane's."""
+
 
 DEFAULT_WINDOW_S = 300.0
 """Sliding window of the metrics in snapshots."""
@@ -96,12 +109,18 @@ class Scheduler:
         self._foreground.resize(self._state, self._settings)
         self._accounting = Accounting(
             self._settings,
-            share=self._state.share,
+            self._state,
             window_s=window_s,
-            state=self._state,
             cost_model=self._foreground.cost_model,
         )
-        self._pumps: set[asyncio.Task[None]] = set()
+        self._attempts = Attempts(
+            backend=backend,
+            state=self._state,
+            foreground=self._foreground,
+            accounting=self._accounting,
+            clock=self._clock,
+            dispatch=self._dispatch,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
@@ -154,52 +173,21 @@ class Scheduler:
         return remove
 
     def stream(
-        self,
-        request: ChatRequest,
-        *,
-        lane: Lane,
-        requester: str,
-        prompt_tokens: int | None = None,
-        deadline_s: float | None = None,
+        self, request: ChatRequest, **how: Unpack[Submission]
     ) -> AsyncGenerator[StreamChunk]:
         """Queue a request and stream its answer once admitted.
 
-        Limits are checked when iteration starts, before anything is sent. ``deadline_s`` bounds the
-        wait for admission (in seconds from submission) when tighter than the lane's max wait.
-        Closing the iterator early (or cancelling the task) frees the slot or queue place at once.
+        Limits are checked when iteration starts, before anything is sent. Closing the iterator
+        early (or cancelling the task) frees the slot or queue place at once.
         """
-        return self._run(
-            partial(
-                self._submit,
-                request,
-                lane=lane,
-                requester=requester,
-                prompt_tokens=prompt_tokens,
-                deadline_s=deadline_s,
-            )
-        )
+        return self._run(partial(self._submit, request, None, how))
 
     async def generate(
-        self,
-        request: ChatRequest,
-        *,
-        lane: Lane,
-        requester: str,
-        prompt_tokens: int | None = None,
-        deadline_s: float | None = None,
+        self, request: ChatRequest, **how: Unpack[Submission]
     ) -> GenerateResult:
         """Run a request to the end and collect its answer."""
         sink: list[FinishedRequest] = []
-        submit = partial(self._submit, request, sink=sink)
-        chunks_of = self._run(
-            partial(
-                submit,
-                lane=lane,
-                requester=requester,
-                prompt_tokens=prompt_tokens,
-                deadline_s=deadline_s,
-            )
-        )
+        chunks_of = self._run(partial(self._submit, request, sink, how))
         async with contextlib.aclosing(chunks_of) as chunks:
             answer = Answer.of([chunk async for chunk in chunks])
         record = sink[0]
@@ -243,12 +231,10 @@ class Scheduler:
             self._timer.cancel()
             self._timer = None
         for ticket in list(self._tickets.values()):
-            self._leave(ticket)
-            if ticket.pump is not None:
-                ticket.pump.cancel()
+            self._attempts.leave(ticket, stop=True)
             ticket.channel.fail(SchedulerClosedError())
-        if self._pumps:
-            await asyncio.gather(*self._pumps, return_exceptions=True)
+        if pumps := self._attempts.pumps:
+            await asyncio.gather(*pumps, return_exceptions=True)
 
     # --- one request, from the caller's side -------------------------------------------------------
 
@@ -277,23 +263,21 @@ class Scheduler:
     def _submit(
         self,
         request: ChatRequest,
-        *,
-        lane: Lane,
-        requester: str,
-        prompt_tokens: int | None,
-        deadline_s: float | None,
-        sink: list[FinishedRequest] | None = None,
+        sink: list[FinishedRequest] | None,
+        how: Submission,
     ) -> Ticket:
-        """Check the limits and the quota, then queue the request (or raise, nothing sent)."""
+        """Check the limits and the quota, then queue the request (or raise, nothing sent).
+
+        ``generate`` passes the ``sink`` its finished record goes to.
+        """
         if self._loop is None:
-            self._loop = asyncio.get_running_loop()
+            self._loop = self._attempts.loop = asyncio.get_running_loop()
         now = self._clock()
         seq = next(self._seq)
-        prompt = (
-            prompt_tokens
-            if prompt_tokens is not None
-            else estimate_prompt_tokens(request)
-        )
+        lane, requester = how["lane"], how["requester"]
+        prompt = how.get("prompt_tokens")
+        if prompt is None:
+            prompt = estimate_prompt_tokens(request)
         max_tokens = (
             request.max_tokens
             if request.max_tokens is not None
@@ -320,7 +304,7 @@ class Scheduler:
                 requester=requester,
                 prompt_tokens=prompt,
                 enqueued_at=now,
-                deadline_s=deadline_s,
+                deadline_s=how.get("deadline_s"),
             ),
             request=replace(request, max_tokens=max_tokens, priority=int(run_lane)),
             counters=self._state.counters.lane(run_lane),
@@ -373,10 +357,12 @@ class Scheduler:
                             "policy loop on request %s; decisions stopped", seq
                         )
                         break
-                    self._preempt(self._tickets[seq], now)
+                    self._attempts.preempt(self._tickets[seq], now)
                 else:
                     admitted.add(decision.request.seq)
-                    self._start(self._tickets[decision.request.seq], now, decision.rank)
+                    self._attempts.start(
+                        self._tickets[decision.request.seq], now, decision.rank
+                    )
         finally:
             self._dispatching = False
         self._arm_timer()
@@ -400,106 +386,7 @@ class Scheduler:
         self._timer = self._loop.call_later(delay, self.tick)
         self._timer_at = when
 
-    def _start(self, ticket: Ticket, now: float, rank: float) -> None:
-        """Admit a request: take its slot, charge its prompt, start the pump for this attempt."""
-        queued = ticket.queued
-        self._state.start(queued, rank)
-        ticket.attempts += 1
-        ticket.attempt_live = ticket.attempts
-        if ticket.admitted_at is None:
-            ticket.admitted_at = now
-        self._accounting.charge_prompt(ticket, now)
-        request = ticket.next_attempt()
-        if request is not None:
-            request = self._foreground.place(ticket, request, now)
-        if request is None:
-            # Preempted right after its last token: nothing is left to generate.
-            self._state.release(queued)
-            ticket.attempt_live = None
-            final = StreamChunk(done=True, finish_reason="length")
-            ticket.channel.put(self._accounting.settle(ticket, final))
-            return
-        assert self._loop is not None  # set by the first submission
-        task = self._loop.create_task(
-            self._pump(ticket, ticket.attempts, request),
-            name=f"llm_lanes pump {queued.seq}",
-        )
-        ticket.pump = task
-        self._pumps.add(task)
-        task.add_done_callback(self._pumps.discard)
-
-    def _preempt(self, ticket: Ticket, now: float) -> None:
-        """Cancel a background stream at the server, keep its output and requeue it at the head."""
-        queued = ticket.queued
-        self._state.release(queued)
-        self._foreground.free(ticket, now, cancelled=True)
-        ticket.attempt_live = None
-        if ticket.pump is not None:
-            ticket.pump.cancel()
-            ticket.pump = None
-        self._accounting.count_preempted(ticket)
-        ticket.requeued()
-        self._state.requeue_front(queued, now)
-        _LOGGER.debug(
-            "preempted request %s after %s tokens", queued.seq, queued.output_tokens
-        )
-
-    def _release_slot(self, ticket: Ticket) -> None:
-        if self._state.release(ticket.queued):
-            self._foreground.free(ticket, self._clock(), cancelled=False)
-            ticket.attempt_live = None
-            self._dispatch()
-
-    # --- the server's side ---------------------------------------------------------------------------
-
-    async def _pump(self, ticket: Ticket, attempt: int, request: ChatRequest) -> None:
-        """Read one attempt's stream from the server into the caller's channel."""
-        stream: AsyncGenerator[StreamChunk] | None = None
-        accounting = self._accounting
-        try:
-            await self._foreground.prefill_in_steps(ticket, request, self._settings)
-            iterator = self._backend.chat(request)
-            if isinstance(iterator, AsyncGenerator):
-                stream = iterator
-            async for chunk in iterator:
-                if ticket.attempt_live != attempt:
-                    return
-                prefilling = ticket.queued.prefilling
-                accounting.charge_chunk(ticket, chunk, self._clock())
-                if prefilling and not ticket.queued.prefilling and self._state.waiting:
-                    self._dispatch()  # its prompt left the prefill budget
-                if chunk.done:
-                    final = accounting.settle(ticket, chunk)
-                    self._release_slot(ticket)
-                    ticket.channel.put(final)
-                    return
-                ticket.channel.put(chunk)
-            if ticket.attempt_live == attempt:
-                self._release_slot(ticket)
-                ticket.channel.put(
-                    StreamClosedError(
-                        "the server closed the stream before it said it was done"
-                    )
-                )
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # noqa: BLE001 - handed to the caller, typed and unchanged
-            if ticket.attempt_live == attempt:
-                self._release_slot(ticket)
-                ticket.channel.put(err)
-        finally:
-            if stream is not None:
-                with contextlib.suppress(Exception):
-                    await stream.aclose()
-
     # --- the end of a request ---------------------------------------------------------------------------
-
-    def _leave(self, ticket: Ticket) -> None:
-        """Give back the queue place or the slot the request holds; no attempt may deliver now."""
-        self._state.remove(ticket.queued)
-        if self._state.release(ticket.queued):
-            self._foreground.free(ticket, self._clock(), cancelled=True)
-        ticket.attempt_live = None
 
     def _finish(self, ticket: Ticket, outcome: str, error: str | None) -> None:
         """Release whatever the request still holds and report it, exactly once."""
@@ -507,9 +394,7 @@ class Scheduler:
             return
         now = self._clock()
         queued = ticket.queued
-        self._leave(ticket)
-        if outcome != "ok" and ticket.pump is not None and not ticket.pump.done():
-            ticket.pump.cancel()
+        self._attempts.leave(ticket, stop=outcome != "ok")
         del self._tickets[queued.seq]
         record = ticket.record = ticket.finished(
             now, outcome, error, self._settings.lanes[queued.lane]

@@ -52,71 +52,62 @@ class FinishedRequest:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LaneSnapshot:
-    """One lane's state; percentiles are over the sliding window (None when it holds no sample)."""
+class GroupSnapshot:
+    """What lane and requester snapshots both show of their requests (see ``_group_fields``).
 
-    lane: Lane
+    Percentiles are over the sliding window (None when it holds no sample).
+    """
+
     queue_depth: int
     in_flight: int
     finished_in_window: int
     finished_total: int
     rejected_total: int
     preemptions_total: int
+    prompt_tokens_total: int
+    output_tokens_total: int
+    goodput: float | None
+    """Fraction 0..1 of the window's finished requests that met both objectives."""
+    output_tok_s: float
+    """Output tokens per second over the window."""
     ttft_p50_s: float | None
-    ttft_p90_s: float | None
     ttft_p95_s: float | None
-    ttft_p99_s: float | None
     itl_p50_s: float | None
     itl_p95_s: float | None
-    itl_p99_s: float | None
     e2e_p50_s: float | None
     e2e_p95_s: float | None
     queue_wait_p50_s: float | None
     queue_wait_p95_s: float | None
-    goodput: float | None
-    """Fraction 0..1 of the window's finished requests that met both objectives."""
-    good_per_s: float
-    prompt_tokens_total: int
-    output_tokens_total: int
-    itl_p90_s: float | None = None
-    e2e_p90_s: float | None = None
-    e2e_p99_s: float | None = None
-    queue_wait_p90_s: float | None = None
-    queue_wait_p99_s: float | None = None
-    output_tok_s: float = 0.0
-    """Output tokens per second of this lane over the window."""
-    prompt_tok_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RequesterSnapshot:
+class LaneSnapshot(GroupSnapshot):
+    """One lane's state, with its tails (p90, p99) and rates."""
+
+    lane: Lane
+    ttft_p90_s: float | None
+    ttft_p99_s: float | None
+    itl_p90_s: float | None
+    itl_p99_s: float | None
+    e2e_p90_s: float | None
+    e2e_p99_s: float | None
+    queue_wait_p90_s: float | None
+    queue_wait_p99_s: float | None
+    good_per_s: float
+    prompt_tok_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequesterSnapshot(GroupSnapshot):
     """Token use of one requester."""
 
     requester: str
-    prompt_tokens_total: int
-    output_tokens_total: int
     tokens_last_24h: int
     """What counts against the daily quota."""
     virtual_counter: float
     """Virtual Token Counter value (weighted service), for diagnostics."""
-    quota_tokens: int = 0
+    quota_tokens: int
     """Rolling 24 h budget (0 = unlimited)."""
-    queue_depth: int = 0
-    in_flight: int = 0
-    finished_total: int = 0
-    rejected_total: int = 0
-    preemptions_total: int = 0
-    finished_in_window: int = 0
-    queue_wait_p50_s: float | None = None
-    queue_wait_p95_s: float | None = None
-    ttft_p50_s: float | None = None
-    ttft_p95_s: float | None = None
-    itl_p50_s: float | None = None
-    itl_p95_s: float | None = None
-    e2e_p50_s: float | None = None
-    e2e_p95_s: float | None = None
-    goodput: float | None = None
-    output_tok_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +225,7 @@ def build_snapshot(
 def _group_fields(
     stats: GroupStats, view: StatsView, percentiles: tuple[int, ...]
 ) -> dict[str, Any]:
-    """Return what lane and requester snapshots both show of a group's statistics.
+    """Return the fields of a ``GroupSnapshot`` (and of the lanes' tails) from a group's statistics.
 
     Totals, the window's counts and rates, and ``<metric>_p<NN>_s`` for each percentile.
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.detect import connect
 from custom_components.llm_lanes.core.bench.__main__ import (
     compare,
@@ -18,7 +20,12 @@ from custom_components.llm_lanes.core.bench.__main__ import (
 )
 from custom_components.llm_lanes.core.bench.calibrate import calibrate
 from custom_components.llm_lanes.core.bench.report import build_report
-from custom_components.llm_lanes.core.bench.runner import describe_server, run_scenario
+from custom_components.llm_lanes.core.bench.runner import (
+    RunResult,
+    ServerDescription,
+    describe_server,
+    run_scenario,
+)
 from custom_components.llm_lanes.core.bench.sim_engine import EngineCosts
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.bench.sweep import (
@@ -28,6 +35,7 @@ from custom_components.llm_lanes.core.bench.sweep import (
     run_sweep,
 )
 from custom_components.llm_lanes.core.bench.workload import (
+    Scenario,
     parse_scenario,
     plan_open_requests,
 )
@@ -54,20 +62,44 @@ def _scenario(**arrival: Any) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def test_direct_run_sends_the_planned_requests(
-    start_sim: StartSim, session: aiohttp.ClientSession
-) -> None:
-    """Every planned open-loop request is sent once and gets exactly its planned output tokens."""
-    scenario = parse_scenario(
-        _scenario(process="poisson", rate_per_s=2) | {"duration_s": 40.0}
-    )
+@dataclass(frozen=True, slots=True)
+class FastSim:
+    """A simulator at 20 times real speed, and a backend connected to it."""
+
+    sim: SimulatedServer
+    backend: Backend
+    server: ServerDescription
+
+    async def run_direct(
+        self, scenario: Scenario, *, prompt_salt: str = ""
+    ) -> RunResult:
+        """Replay ``scenario`` straight to the simulator and let every request finish."""
+        return await run_scenario(
+            self.backend, scenario, policy="direct", settings=SchedulerSettings(),
+            server=self.server, time_scale=20, prompt_salt=prompt_salt,
+            drain_s=600.0,  # a loaded machine lags at speed 20: let every request finish
+        )  # fmt: skip
+
+
+@pytest.fixture
+async def fast_sim(start_sim: StartSim, session: aiohttp.ClientSession) -> FastSim:
+    """Start a simulator at speed 20 and connect a backend to it."""
     sim = await start_sim(SimConfig(speed=20))
     backend = await connect(session, sim.url)
-    result = await run_scenario(
-        backend, scenario, policy="direct", settings=SchedulerSettings(),
-        server=await describe_server(backend, None), time_scale=20,
-        drain_s=600.0,  # a loaded machine lags at speed 20: let every request finish
-    )  # fmt: skip
+    return FastSim(sim, backend, await describe_server(backend, None))
+
+
+def _poisson(duration_s: float) -> Scenario:
+    """Return the tiny scenario, two requests a second for ``duration_s``."""
+    return parse_scenario(
+        _scenario(process="poisson", rate_per_s=2) | {"duration_s": duration_s}
+    )
+
+
+async def test_direct_run_sends_the_planned_requests(fast_sim: FastSim) -> None:
+    """Every planned open-loop request is sent once and gets exactly its planned output tokens."""
+    scenario = _poisson(40.0)
+    result = await fast_sim.run_direct(scenario)
     planned = plan_open_requests(scenario)
     assert len(result.records) == len(planned)
     assert [(r.outcome, r.error) for r in result.records if r.outcome != "ok"] == []
@@ -221,24 +253,14 @@ def test_pick_prefers_the_faster_of_equal_goodputs() -> None:
     assert rows[-1].frontier is False
 
 
-async def test_prompt_salt_changes_text_not_length(
-    start_sim: StartSim, session: aiohttp.ClientSession
-) -> None:
+async def test_prompt_salt_changes_text_not_length(fast_sim: FastSim) -> None:
     """Runs with different salts send other prompt text of the same length (no prompt-cache hits)."""
-    scenario = parse_scenario(
-        _scenario(process="poisson", rate_per_s=2) | {"duration_s": 4.0}
-    )
-    sim = await start_sim(SimConfig(speed=20))
-    backend = await connect(session, sim.url)
-    server = await describe_server(backend, None)
+    scenario = _poisson(4.0)
 
     async def prompts(salt: str) -> list[str]:
-        sim.requests_seen.clear()
-        await run_scenario(
-            backend, scenario, policy="direct", settings=SchedulerSettings(),
-            server=server, time_scale=20, prompt_salt=salt, drain_s=600.0,
-        )  # fmt: skip
-        return [body["messages"][-1]["content"] for body in sim.requests_seen]
+        fast_sim.sim.requests_seen.clear()
+        await fast_sim.run_direct(scenario, prompt_salt=salt)
+        return [body["messages"][-1]["content"] for body in fast_sim.sim.requests_seen]
 
     first, again, other = await prompts("a:"), await prompts("a:"), await prompts("b:")
     assert first

@@ -15,7 +15,7 @@ a household would otherwise have to guess:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 import time
 from typing import Any
 
@@ -41,12 +41,7 @@ class BatchPoint:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON."""
-        return {
-            "sequences": self.sequences,
-            "itl_p50_s": self.itl_p50_s,
-            "itl_p95_s": self.itl_p95_s,
-            "output_tok_s": self.output_tok_s,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,7 @@ def bench_token(batches: int) -> list[float]:
     """
     settings = SchedulerSettings()
     state = RunState(settings)
-    accounting = Accounting(settings, share=state.share, window_s=DEFAULT_WINDOW_S)
+    accounting = Accounting(settings, state, window_s=DEFAULT_WINDOW_S)
     now = 1000.0
     queued = QueuedRequest(
         seq=1,

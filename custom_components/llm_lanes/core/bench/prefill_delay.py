@@ -12,7 +12,7 @@ scenarios).
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 import random
 import time
 from typing import Any
@@ -35,14 +35,7 @@ class PrefillDelay:
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON."""
-        return {
-            "samples": self.samples,
-            "idle_p50_s": self.idle_p50_s,
-            "idle_p95_s": self.idle_p95_s,
-            "loaded_p50_s": self.loaded_p50_s,
-            "loaded_p95_s": self.loaded_p95_s,
-            "background_prefill_s": self.background_prefill_s,
-        }
+        return asdict(self)
 
 
 def _request(model: str, text: str, tokens: int) -> ChatRequest:

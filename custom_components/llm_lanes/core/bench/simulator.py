@@ -331,14 +331,9 @@ class SimulatedServer:
         )
 
     async def _openai_chat(self, request: web.Request) -> web.StreamResponse:
-        body = await _json_body(request)
-        self.requests_seen.append(body)
-        try:
-            chat = _parse_openai(body)
-        except (KeyError, TypeError, ValueError) as err:
-            return _error(400, f"invalid request: {err}", openai=True)
-        if refusal := self._refuse(chat, openai=True):
-            return refusal
+        chat = await self._accept(request, openai=True)
+        if isinstance(chat, web.Response):
+            return chat
         prompt_tokens = count_prompt_tokens(chat.messages, chat.tools)
         if prompt_tokens >= self.config.context_per_slot:
             return _error(
@@ -500,14 +495,9 @@ class SimulatedServer:
         )
 
     async def _ollama_chat(self, request: web.Request) -> web.StreamResponse:
-        body = await _json_body(request)
-        self.requests_seen.append(body)
-        try:
-            chat = _parse_ollama(body)
-        except (KeyError, TypeError, ValueError) as err:
-            return _error(400, f"invalid request: {err}", openai=False)
-        if refusal := self._refuse(chat, openai=False):
-            return refusal
+        chat = await self._accept(request, openai=False)
+        if isinstance(chat, web.Response):
+            return chat
         if not chat.messages:
             # Ollama loads the model and answers at once ("load" request used to warm up).
             return web.json_response(
@@ -573,6 +563,19 @@ class SimulatedServer:
         return response
 
     # --- shared ---------------------------------------------------------------------------------
+
+    async def _accept(
+        self, request: web.Request, *, openai: bool
+    ) -> _ParsedChat | web.Response:
+        """Read a chat request in its wire format; return it, or the error the server answers."""
+        body = await _json_body(request)
+        self.requests_seen.append(body)
+        try:
+            chat = _parse_openai(body) if openai else _parse_ollama(body)
+        except (KeyError, TypeError, ValueError) as err:
+            return _error(400, f"invalid request: {err}", openai=openai)
+        refusal = self._refuse(chat, openai=openai)
+        return chat if refusal is None else refusal
 
     def _refuse(self, chat: _ParsedChat, *, openai: bool) -> web.Response | None:
         if self.config.kind == "ollama" and chat.model != self.config.model:

@@ -6,6 +6,7 @@ import json
 
 from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
+import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.components.diagnostics import (
     get_diagnostics_for_config_entry,
@@ -55,6 +56,7 @@ async def test_diagnostics_redact_secrets_and_prompts(
     assert diagnostics["scheduler"]["settings"]["policy"] == "lanes"
 
 
+@pytest.mark.freeze_time("2026-11-30 02:00:00-08:00")
 async def test_diagnostics_snapshot(
     hass: HomeAssistant,
     hass_client: ClientSessionGenerator,
@@ -63,8 +65,9 @@ async def test_diagnostics_snapshot(
 ) -> None:
     """What the download holds for an idle server with one job waiting (jobs are paused).
 
-    The server's URL and unique id (its port), the job's id and the snapshot's clock change every
-    run: they are checked by type only.
+    At 02:00 in Home Assistant's test time zone, inside the nightly window, so that the job waits
+    because jobs are paused whatever the hour the test runs at. The server's URL and unique id (its
+    port), the job's id and the snapshot's clock change every run: they are checked by type only.
     """
     await async_call_entity_action(
         hass, init_integration, "switch", "jobs_paused", "turn_on"

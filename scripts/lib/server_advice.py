@@ -46,7 +46,7 @@ async def main(samples: int) -> None:
         async with server, aiohttp.ClientSession() as session:
             backend = await connect(session, server.url)
             delay = await measure_prefill_delay(
-                backend, server.model_name, samples=samples, background_words=1500
+                backend, server.model_name, samples=samples, background_words=500
             )
         row = {"batch_size": batch, "ubatch_size": ubatch, **delay.as_dict()}
         rows.append(row)

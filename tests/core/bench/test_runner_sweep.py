@@ -168,6 +168,21 @@ def test_cli_run_writes_the_reports(tmp_path: Path) -> None:
     )
 
 
+def test_cli_curve_writes_the_batch_curve(tmp_path: Path) -> None:
+    """``curve`` measures every batch size up to the slots asked for and draws it."""
+    out = tmp_path / "curve"
+    code = main([
+        "curve", "--server", "sim", "--sim-speed", "20", "--sim-slots", "2",
+        "--no-plots", "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    curve = json.loads((out / "curve.json").read_text())
+    assert [point["sequences"] for point in curve["points"]] == [1, 2]
+    assert curve["prefill_tok_s"] > 0
+    assert (out / "curve.svg").read_text().startswith("<svg")
+    assert not (out / "curve.png").exists()
+
+
 async def test_calibrate_recommends_and_skips_impossible_settings(
     start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:

@@ -4,6 +4,7 @@ scripts/bench run --server sim --scenario voice_vs_background \
         --policy direct --policy lanes --idle voice --out /tmp/bench
 scripts/bench sweep --server sim --scenario rag_heavy \
         --grid max_sequences=2,4,8 --grid prefill_budget=1024,8192 --out /tmp/sweep
+scripts/bench curve --server sim --out /tmp/curve   (the server's batch curve)
 scripts/bench micro ...      (the scheduler's micro-benchmark)
 """
 
@@ -310,10 +311,45 @@ async def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
+async def _curve(args: argparse.Namespace) -> int:
+    from .curve import measure_curve, plot_curve, svg_plot, text_plot  # noqa: PLC0415
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    async with open_target(args) as target:
+        sequences = args.sequences or target.server.slots or 4
+        curve = await measure_curve(
+            target.backend,
+            target.server.model,
+            sequences,
+            time_scale=target.time_scale,
+        )
+    (out / "curve.json").write_text(
+        json.dumps(curve.as_dict(), indent=2) + "\n", encoding="utf-8"
+    )
+    (out / "curve.svg").write_text(svg_plot(curve), encoding="utf-8")
+    if not args.no_plots:
+        plot_curve(curve, out / "curve.png")
+    prefill = f"{curve.prefill_tok_s:.0f}" if curve.prefill_tok_s else "–"
+    print(text_plot(curve))
+    print(f"prefill {prefill} tok/s · knee at {curve.knee()} sequences")
+    print(f"curve written to {out}")
+    return 0
+
+
+def _add_server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server", required=True, help="base URL of the LLM server, or 'sim'"
     )
+    parser.add_argument("--model", help="model to use (default: the server's first)")
+    parser.add_argument("--api-key")
+    parser.add_argument("--out", required=True, help="folder for reports and plots")
+    parser.add_argument("--no-plots", action="store_true")
+    add_sim_options(parser, "sim-")
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    _add_server(parser)
     parser.add_argument(
         "--scenario", required=True,
         help=f"scenario file, or a built-in name ({', '.join(builtin_scenarios())})",
@@ -324,22 +360,17 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="scheduler setting override"
     )
-    parser.add_argument("--out", required=True, help="folder for reports and plots")
-    parser.add_argument("--model", help="model to use (default: the server's first)")
-    parser.add_argument("--api-key")
     parser.add_argument(
         "--duration", type=float, help="override the scenario's duration_s"
     )
-    parser.add_argument("--no-plots", action="store_true")
     parser.add_argument(
         "--prompt-scale", type=float, default=1.0,
         help="stretch prompt text by this factor (tokenizers that pack more than 4 characters a token)",
     )  # fmt: skip
-    add_sim_options(parser, "sim-")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """Build the parser of the ``run``, ``sweep`` and ``micro`` commands."""
+    """Build the parser of the ``run``, ``sweep``, ``curve`` and ``micro`` commands."""
     parser = argparse.ArgumentParser(
         prog="scripts/bench", description="LLM Lanes goodput benchmark"
     )
@@ -356,6 +387,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--grid", action="append", metavar="KEY=V1,V2", help="setting values to sweep"
     )
+    curve = commands.add_parser(
+        "curve", help="measure ITL and tokens/s against sequences in flight"
+    )
+    _add_server(curve)
+    curve.add_argument(
+        "--sequences", type=int, help="largest batch (default: the server's slots)"
+    )
     commands.add_parser("micro", help="the scheduler's micro-benchmark", add_help=False)
     return parser
 
@@ -371,6 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return asyncio.run(_run(args))
+        if args.command == "curve":
+            return asyncio.run(_curve(args))
         return asyncio.run(_sweep(args))
     except (ScenarioError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

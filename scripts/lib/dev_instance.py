@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+import ctypes
 from dataclasses import dataclass, field
 import json
+import os
 from pathlib import Path
 import re
 import shutil
@@ -311,8 +313,34 @@ def check() -> int:
     return 0
 
 
+PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def stop_on_signals() -> None:
+    """Stop as on Ctrl-C on SIGTERM and SIGHUP too (once), and when ``scripts/develop`` itself is killed.
+
+    Without it a ``kill`` of the script or a closed terminal leaves Home Assistant and the
+    simulator running on their ports, and the next start fails.
+    """
+
+    def stop(signum: int, frame: object) -> None:
+        for other in STOP_SIGNALS:
+            signal.signal(other, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    # SIGINT too: started in the background by a shell, the script inherits an ignored SIGINT.
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    if sys.platform == "linux":
+        # The kernel sends SIGTERM when the parent (the script's shell) goes.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() == 1:
+            raise KeyboardInterrupt
+
+
 def main() -> int:
-    """Serve config/ until Ctrl-C, or run the check."""
+    """Serve config/ until Ctrl-C (or SIGTERM, SIGHUP), or run the check."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--ha-port", type=int, default=8123)
@@ -329,8 +357,10 @@ def main() -> int:
         sim_slots=args.sim_slots,
         sim_speed=args.sim_speed,
     )
-    with instance.running(), suppress(KeyboardInterrupt):
-        return instance.hass.wait()
+    with suppress(KeyboardInterrupt):
+        stop_on_signals()
+        with instance.running():
+            return instance.hass.wait()
     return 0
 
 

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 import statistics
 
-from .lanes import Lane
+from .lanes import FOREGROUND_LANES, Lane
 from .settings import SchedulerSettings
 
 SAMPLES_PER_BATCH_SIZE = 64
@@ -35,7 +35,6 @@ RAISE_MARGIN = 0.9
 REFRESH_S = 0.5
 """The curve's medians are recomputed at most this often."""
 
-_FOREGROUND = (Lane.VOICE, Lane.INTERACTIVE)
 DEFAULT_STEP_TOKENS = 256
 """Prompt tokens per prefill step until the server's prefill speed is known."""
 STEP_TOKENS_RANGE = (64, 4096)
@@ -238,7 +237,7 @@ def foreground_lanes(
     """Return the foreground lanes with a request queued, streaming or (voice) announced."""
     return tuple(
         lane
-        for lane in _FOREGROUND
+        for lane in FOREGROUND_LANES
         if running_by_lane[lane]
         or queued[lane]
         or (lane is Lane.VOICE and voice_expected)

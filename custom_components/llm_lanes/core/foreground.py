@@ -28,7 +28,7 @@ from .batch_cost import (
     foreground_lanes,
 )
 from .errors import BackendHTTPError
-from .lanes import Lane
+from .lanes import FOREGROUND_LANES, Lane
 from .run_state import RunState
 from .settings import SchedulerSettings
 from .slots import PrefixKeys, SlotTable, prefix_keys
@@ -36,7 +36,6 @@ from .ticket import Ticket
 
 _LOGGER = logging.getLogger(__name__)
 
-FOREGROUND = frozenset({Lane.VOICE, Lane.INTERACTIVE})
 SAMPLES_KEPT = 32
 """Latest foreground requests whose prompt sizes and concurrency the headroom follows."""
 
@@ -72,7 +71,7 @@ class ForegroundCare:
         """Note a new request: its prompt size and how many foreground requests it joins."""
         if lane is Lane.VOICE:
             state.voice_expected_until = float("-inf")  # it came
-        if lane not in FOREGROUND:
+        if lane not in FOREGROUND_LANES:
             return
         running = state.running_by_lane
         self._prompts.append(prompt)

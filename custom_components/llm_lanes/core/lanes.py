@@ -32,6 +32,10 @@ class Lane(IntEnum):
             ) from None
 
 
+FOREGROUND_LANES = (Lane.VOICE, Lane.INTERACTIVE)
+"""The lanes people wait on: the headroom, warm slots and the background limit are theirs."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LaneLimits:
     """Per-lane limits and service objectives.

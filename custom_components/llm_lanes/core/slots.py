@@ -26,12 +26,10 @@ from dataclasses import dataclass
 import hashlib
 
 from .backends.base import ChatRequest
-from .lanes import Lane
+from .lanes import FOREGROUND_LANES, Lane
 
 CANCEL_SETTLE_S = 0.25
 """How long a slot freed by a cancellation is taken only when no other slot is free."""
-
-_FOREGROUND = frozenset({Lane.VOICE, Lane.INTERACTIVE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,10 +197,12 @@ class SlotTable:
             and cached.stable == keys.stable
         )
         reserved = index < self._reserved
-        foreground = lane in _FOREGROUND
+        foreground = lane in FOREGROUND_LANES
         # A slot whose cache a foreground request left is worth keeping; background and
         # automation take it last.
-        keeps_foreground = slot.lane in _FOREGROUND and not (conversation or stable)
+        keeps_foreground = slot.lane in FOREGROUND_LANES and not (
+            conversation or stable
+        )
         if foreground:
             return (
                 int(own),

@@ -18,10 +18,10 @@ from custom_components.llm_lanes.const import (
     OPT_MAX_SEQUENCES,
     OPT_POLICY,
 )
-from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.settings import Policy
 from custom_components.llm_lanes.jobs.store import storage_key
 

@@ -13,27 +13,38 @@ from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.typing import ConfigType
 
-from .backend_setup import build_backend
-from .const import CONF_KIND, CONF_MODEL, DOMAIN, SUBENTRY_CLIENT
-from .coordinator import (
+from custom_components.llm_lanes.backend_setup import build_backend
+from custom_components.llm_lanes.const import (
+    CONF_KIND,
+    CONF_MODEL,
+    DOMAIN,
+    SUBENTRY_CLIENT,
+)
+from custom_components.llm_lanes.coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
     LLMLanesRuntimeData,
     ServerCoordinator,
 )
-from .core.backends.base import ServerKind
-from .core.scheduler import Scheduler
-from .core.settings import SchedulerSettings
-from .dashboard import async_setup_dashboard
-from .entity import server_device_info
-from .gateway import async_register_gateway
-from .gateway.clients import client_quotas
-from .jobs.manager import JobManager
-from .jobs.store import JobStore
-from .repairs import async_track_server_issues
-from .requesters import RequesterRegistry, requesters_with_sensors
-from .services import async_setup_services
-from .settings_options import job_settings_from_options, settings_from_options
+from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.dashboard import async_setup_dashboard
+from custom_components.llm_lanes.entity import server_device_info
+from custom_components.llm_lanes.gateway import async_register_gateway
+from custom_components.llm_lanes.gateway.clients import client_quotas
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.store import JobStore
+from custom_components.llm_lanes.repairs import async_track_server_issues
+from custom_components.llm_lanes.requesters import (
+    RequesterRegistry,
+    requesters_with_sensors,
+)
+from custom_components.llm_lanes.services import async_setup_services
+from custom_components.llm_lanes.settings_options import (
+    job_settings_from_options,
+    settings_from_options,
+)
 
 PLATFORMS: list[Platform] = [
     Platform.AI_TASK,

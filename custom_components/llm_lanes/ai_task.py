@@ -9,11 +9,17 @@ from homeassistant.components import ai_task, conversation
 from homeassistant.helpers import llm
 import probatio
 
-from .const import SUBENTRY_AI_TASK
-from .core.lanes import Lane
-from .entity import LLMLanesSubentryEntity, subentry_platform_setup
-from .errors import failure
-from .requesters import AI_TASK_REQUESTER, requester_for_context
+from custom_components.llm_lanes.const import SUBENTRY_AI_TASK
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.entity import (
+    LLMLanesSubentryEntity,
+    subentry_platform_setup,
+)
+from custom_components.llm_lanes.errors import failure
+from custom_components.llm_lanes.requesters import (
+    AI_TASK_REQUESTER,
+    requester_for_context,
+)
 
 PARALLEL_UPDATES = 0
 

@@ -11,8 +11,8 @@ from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .coordinator import LLMLanesConfigEntry
-from .entity import ServerEntity
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.entity import ServerEntity
 
 PARALLEL_UPDATES = 0
 

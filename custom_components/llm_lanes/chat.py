@@ -11,17 +11,17 @@ from homeassistant.components import conversation
 from homeassistant.helpers import llm
 import probatio
 
-from .const import CONF_MODEL, CONF_TEMPERATURE
-from .core.backends.base import (
+from custom_components.llm_lanes.const import CONF_MODEL, CONF_TEMPERATURE
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import (
     ChatMessage,
     ChatRequest,
     StreamChunk,
     ToolCall,
     ToolSpec,
 )
-from .core.lanes import Lane
-from .core.scheduler import Scheduler
-from .errors import translated_errors
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.errors import translated_errors
 
 MAX_TOOL_ITERATIONS = 10
 """Rounds of tool calls one turn may take before we stop asking the model."""

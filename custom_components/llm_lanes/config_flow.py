@@ -30,7 +30,7 @@ from homeassistant.helpers.selector import (
 )
 import probatio
 
-from .backend_setup import (
+from custom_components.llm_lanes.backend_setup import (
     InvalidURLError,
     ProbedServer,
     UnsupportedServerError,
@@ -38,7 +38,7 @@ from .backend_setup import (
     normalize_url,
     probe_server,
 )
-from .const import (
+from custom_components.llm_lanes.const import (
     CONF_KIND,
     CONF_MODEL,
     DOMAIN,
@@ -47,9 +47,9 @@ from .const import (
     SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
 )
-from .core.backends.base import ServerKind
-from .core.errors import AuthError, BackendError
-from .entry_defaults import (
+from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.errors import AuthError, BackendError
+from custom_components.llm_lanes.entry_defaults import (
     SERVER_KIND_NAMES,
     SUBENTRY_NAME_SUFFIXES,
     default_names,
@@ -59,8 +59,11 @@ from .entry_defaults import (
     server_name,
     subentry_name,
 )
-from .options_flow import LLMLanesOptionsFlow
-from .subentry_flows import LLMLanesClientFlow, LLMLanesSubentryFlow
+from custom_components.llm_lanes.options_flow import LLMLanesOptionsFlow
+from custom_components.llm_lanes.subentry_flows import (
+    LLMLanesClientFlow,
+    LLMLanesSubentryFlow,
+)
 
 STEP_USER_SCHEMA = probatio.Schema(
     {

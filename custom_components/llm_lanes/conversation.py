@@ -11,11 +11,19 @@ from homeassistant.const import MATCH_ALL
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import intent
 
-from .const import CONF_LLM_HASS_API, CONF_PROMPT, DOMAIN, SUBENTRY_CONVERSATION
-from .coordinator import LLMLanesConfigEntry
-from .core.lanes import Lane
-from .entity import LLMLanesSubentryEntity, subentry_platform_setup
-from .requesters import device_requester, user_requester
+from custom_components.llm_lanes.const import (
+    CONF_LLM_HASS_API,
+    CONF_PROMPT,
+    DOMAIN,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.entity import (
+    LLMLanesSubentryEntity,
+    subentry_platform_setup,
+)
+from custom_components.llm_lanes.requesters import device_requester, user_requester
 
 PARALLEL_UPDATES = 0
 

@@ -28,25 +28,30 @@ from homeassistant.helpers.event import async_call_later
 from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, UpdateFailed
 from homeassistant.util import dt as dt_util
 
-from .const import (
+from custom_components.llm_lanes.const import (
     CONF_MODEL,
     DOMAIN,
     EVENT_REQUEST_FINISHED,
     LOGGER,
     SERVER_POLL_INTERVAL,
 )
-from .core.backends.base import Backend, ServerInfo, ServerKind, ServerMetrics
-from .core.errors import (
+from custom_components.llm_lanes.core.backends.base import (
+    Backend,
+    ServerInfo,
+    ServerKind,
+    ServerMetrics,
+)
+from custom_components.llm_lanes.core.errors import (
     AuthError,
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
     StreamClosedError,
 )
-from .core.scheduler import Scheduler
-from .core.snapshot import FinishedRequest, SchedulerSnapshot
-from .jobs.manager import JobManager
-from .requesters import RequesterRegistry
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.snapshot import FinishedRequest, SchedulerSnapshot
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.requesters import RequesterRegistry
 
 
 @dataclass(slots=True)

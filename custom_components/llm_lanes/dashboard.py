@@ -26,10 +26,10 @@ from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import entity_registry as er
 import probatio
 
-from .const import DOMAIN, OPT_BACKGROUND_PAUSED
-from .coordinator import LLMLanesConfigEntry
-from .core.lanes import Lane
-from .requesters import requester_sensor_prefix
+from custom_components.llm_lanes.const import DOMAIN, OPT_BACKGROUND_PAUSED
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.requesters import requester_sensor_prefix
 
 WS_TYPE: Final = "llm_lanes/dashboard"
 STRATEGY_URL: Final = "/llm_lanes/dashboard-strategy.js"

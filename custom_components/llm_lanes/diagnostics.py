@@ -13,10 +13,10 @@ from homeassistant.components.diagnostics import async_redact_data
 from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 
-from .const import CONF_PROMPT
-from .coordinator import LLMLanesConfigEntry
-from .core.snapshot import SchedulerSnapshot
-from .gateway.clients import Client, client_subentries
+from custom_components.llm_lanes.const import CONF_PROMPT
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.snapshot import SchedulerSnapshot
+from custom_components.llm_lanes.gateway.clients import Client, client_subentries
 
 TO_REDACT = {CONF_API_KEY, CONF_PROMPT}
 

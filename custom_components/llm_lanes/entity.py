@@ -25,14 +25,18 @@ from homeassistant.helpers.update_coordinator import (
 )
 from yarl import URL
 
-from .chat import async_run_chat_log
-from .const import CONF_KIND, CONF_MODEL, DOMAIN
-from .coordinator import ActivityCoordinator, LLMLanesConfigEntry, ServerCoordinator
-from .core.backends.base import ServerKind
-from .core.lanes import Lane
-from .core.settings import SchedulerSettings
-from .entry_defaults import SERVER_KIND_NAMES
-from .jobs.manager import JobManager
+from custom_components.llm_lanes.chat import async_run_chat_log
+from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
+from custom_components.llm_lanes.coordinator import (
+    ActivityCoordinator,
+    LLMLanesConfigEntry,
+    ServerCoordinator,
+)
+from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.entry_defaults import SERVER_KIND_NAMES
+from custom_components.llm_lanes.jobs.manager import JobManager
 
 
 def server_url(entry: LLMLanesConfigEntry) -> str:

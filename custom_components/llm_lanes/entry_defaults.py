@@ -17,14 +17,14 @@ from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import llm
 
-from .const import (
+from custom_components.llm_lanes.const import (
     CONF_LLM_HASS_API,
     CONF_MODEL,
     DOMAIN,
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
-from .core.backends.base import ServerKind
+from custom_components.llm_lanes.core.backends.base import ServerKind
 
 SERVER_KIND_NAMES: dict[ServerKind, str] = {
     ServerKind.OLLAMA: "Ollama",

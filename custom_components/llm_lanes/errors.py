@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 
-from .const import DOMAIN
-from .core.errors import (
+from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.core.errors import (
     LanesError,
     LimitExceededError,
     QueueFullError,

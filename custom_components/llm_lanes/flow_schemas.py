@@ -32,7 +32,7 @@ from homeassistant.helpers.selector import (
 )
 import probatio
 
-from .const import (
+from custom_components.llm_lanes.const import (
     CONF_LANE,
     CONF_LLM_HASS_API,
     CONF_MAX_OUTPUT_TOKENS,
@@ -67,16 +67,16 @@ from .const import (
     OPT_REQUESTER_QUOTAS,
     SUBENTRY_CONVERSATION,
 )
-from .coordinator import LLMLanesConfigEntry
-from .core.lanes import Lane
-from .core.settings import Policy, QuotaAction
-from .requesters import (
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import Policy, QuotaAction
+from custom_components.llm_lanes.requesters import (
     async_requester_name,
     is_requester_id,
     requesters_with_sensors,
     user_requester,
 )
-from .settings_options import (
+from custom_components.llm_lanes.settings_options import (
     fraction_of_percent,
     job_settings_from_options,
     parse_requester_quotas,

@@ -15,11 +15,14 @@ from homeassistant.const import PERCENTAGE
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
-from .coordinator import LLMLanesConfigEntry
-from .core.settings import SchedulerSettings
-from .entity import SchedulerSettingEntity
-from .settings_options import fraction_of_percent, percent_of_fraction
+from custom_components.llm_lanes.const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.entity import SchedulerSettingEntity
+from custom_components.llm_lanes.settings_options import (
+    fraction_of_percent,
+    percent_of_fraction,
+)
 
 PARALLEL_UPDATES = 0
 

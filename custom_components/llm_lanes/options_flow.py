@@ -6,8 +6,8 @@ from typing import Any
 
 from homeassistant.config_entries import ConfigEntryState, ConfigFlowResult, OptionsFlow
 
-from .const import OPT_REQUESTER_QUOTAS
-from .flow_schemas import (
+from custom_components.llm_lanes.const import OPT_REQUESTER_QUOTAS
+from custom_components.llm_lanes.flow_schemas import (
     async_quota_requesters,
     options_errors,
     options_schema,

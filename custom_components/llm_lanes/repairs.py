@@ -12,8 +12,12 @@ from homeassistant.helpers import issue_registry as ir
 from homeassistant.helpers.event import async_call_later
 import probatio
 
-from .const import CONF_MODEL, DOMAIN, UNREACHABLE_REPAIR_AFTER
-from .coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.const import (
+    CONF_MODEL,
+    DOMAIN,
+    UNREACHABLE_REPAIR_AFTER,
+)
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 
 
 def unreachable_issue_id(entry_id: str) -> str:

@@ -23,7 +23,7 @@ from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import device_registry as dr, entity_registry as er
 from homeassistant.util import slugify
 
-from .const import DOMAIN
+from custom_components.llm_lanes.const import DOMAIN
 
 AI_TASK_REQUESTER: Final = "ai_task"
 JOBS_REQUESTER: Final = "job"

@@ -6,10 +6,10 @@ from homeassistant.components.select import SelectEntity, SelectEntityDescriptio
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .const import OPT_POLICY
-from .coordinator import LLMLanesConfigEntry
-from .core.settings import Policy
-from .entity import SchedulerSettingEntity
+from custom_components.llm_lanes.const import OPT_POLICY
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.settings import Policy
+from custom_components.llm_lanes.entity import SchedulerSettingEntity
 
 PARALLEL_UPDATES = 0
 

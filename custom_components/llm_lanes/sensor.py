@@ -25,13 +25,18 @@ from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTime
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .const import LOGGER
-from .coordinator import LLMLanesConfigEntry, ServerState
-from .core.lanes import Lane
-from .core.snapshot import LaneSnapshot, SchedulerSnapshot
-from .entity import ActivityEntity, JobEntity, ServerEntity, server_url
-from .jobs.manager import JobManager
-from .requesters import (
+from custom_components.llm_lanes.const import LOGGER
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, ServerState
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.snapshot import LaneSnapshot, SchedulerSnapshot
+from custom_components.llm_lanes.entity import (
+    ActivityEntity,
+    JobEntity,
+    ServerEntity,
+    server_url,
+)
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.requesters import (
     REQUESTER_TOKENS_KEY,
     async_requester_name,
     requesters_with_sensors,

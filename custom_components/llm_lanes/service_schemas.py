@@ -15,11 +15,11 @@ from homeassistant.const import ATTR_CONFIG_ENTRY_ID
 from homeassistant.helpers import config_validation as cv
 import probatio
 
-from .core.bench.calibrate import DEFAULT_SCENARIO
-from .core.bench.workload import builtin_scenarios
-from .core.lanes import Lane
-from .jobs.model import JobStatus
-from .requesters import is_requester_id
+from custom_components.llm_lanes.core.bench.calibrate import DEFAULT_SCENARIO
+from custom_components.llm_lanes.core.bench.workload import builtin_scenarios
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.jobs.model import JobStatus
+from custom_components.llm_lanes.requesters import is_requester_id
 
 ATTR_PROMPT = "prompt"
 ATTR_INSTRUCTIONS = "instructions"

@@ -35,7 +35,7 @@ from homeassistant.exceptions import Unauthorized, UnknownUser
 from homeassistant.util import dt as dt_util
 import probatio
 
-from .const import (
+from custom_components.llm_lanes.const import (
     CONF_MODEL,
     DOMAIN,
     OPT_HEADROOM,
@@ -43,25 +43,29 @@ from .const import (
     OPT_PREFILL_BUDGET,
     OPT_PREFILL_GUARD,
 )
-from .coordinator import LLMLanesConfigEntry
-from .core.backends.base import ChatMessage, ChatRequest
-from .core.bench.calibrate import calibrate
-from .core.bench.curve import svg_plot
-from .core.bench.workload import load_scenario
-from .core.lanes import Lane
-from .core.tokens import estimate_prompt_tokens
-from .errors import translated_errors, validation_error
-from .jobs.delivery import notify_target_exists
-from .jobs.manager import JobManager
-from .jobs.model import Job, JobSpec, JobStatus
-from .jobs.prompts import JobPrompt, async_history_prompt, text_prompt
-from .requesters import (
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.bench.calibrate import calibrate
+from custom_components.llm_lanes.core.bench.curve import svg_plot
+from custom_components.llm_lanes.core.bench.workload import load_scenario
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
+from custom_components.llm_lanes.errors import translated_errors, validation_error
+from custom_components.llm_lanes.jobs.delivery import notify_target_exists
+from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.model import Job, JobSpec, JobStatus
+from custom_components.llm_lanes.jobs.prompts import (
+    JobPrompt,
+    async_history_prompt,
+    text_prompt,
+)
+from custom_components.llm_lanes.requesters import (
     JOBS_REQUESTER,
     job_requester,
     requester_for_context,
     user_requester,
 )
-from .service_schemas import (
+from custom_components.llm_lanes.service_schemas import (
     ATTR_APPLY,
     ATTR_DURATION_S,
     ATTR_ENTITY_IDS,

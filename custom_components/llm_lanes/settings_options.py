@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import time
 from typing import Any
 
-from .const import (
+from custom_components.llm_lanes.const import (
     LANE_OPTION_LIMITS,
     OPT_BACKGROUND_WITH_VOICE,
     OPT_JOBS_MAX_IN_FLIGHT,
@@ -24,9 +24,9 @@ from .const import (
     OPT_REQUESTER_QUOTAS,
     SETTING_OPTIONS,
 )
-from .core.lanes import Lane
-from .core.settings import SchedulerSettings
-from .jobs.throttles import JobSettings
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.jobs.throttles import JobSettings
 
 DEFAULT_SLOTS = 4
 """Max sequences when neither the options nor the server say (Ollama's default parallelism)."""

@@ -14,11 +14,19 @@ from homeassistant.config_entries import (
 from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
 import probatio
 
-from .const import CONF_KIND, CONF_MODEL, CONF_ROTATE_KEY
-from .core.backends.base import ServerKind
-from .entry_defaults import other_server_urls, server_name, subentry_name
-from .flow_schemas import client_data, client_schema, subentry_schema
-from .gateway.clients import base_urls, new_api_key
+from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, CONF_ROTATE_KEY
+from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.entry_defaults import (
+    other_server_urls,
+    server_name,
+    subentry_name,
+)
+from custom_components.llm_lanes.flow_schemas import (
+    client_data,
+    client_schema,
+    subentry_schema,
+)
+from custom_components.llm_lanes.gateway.clients import base_urls, new_api_key
 
 
 class LLMLanesSubentryFlow(ConfigSubentryFlow):

@@ -9,9 +9,9 @@ from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .const import OPT_BACKGROUND_PAUSED
-from .coordinator import LLMLanesConfigEntry
-from .entity import JobEntity, SchedulerSettingEntity
+from custom_components.llm_lanes.const import OPT_BACKGROUND_PAUSED
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.entity import JobEntity, SchedulerSettingEntity
 
 PARALLEL_UPDATES = 0
 

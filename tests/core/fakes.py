@@ -13,15 +13,17 @@ from dataclasses import dataclass, field
 
 from custom_components.llm_lanes.core.backends.base import (
     Backend,
-    ChatMessage,
-    ChatRequest,
     ServerInfo,
     ServerKind,
     ServerMetrics,
+)
+from custom_components.llm_lanes.core.errors import BackendHTTPError
+from custom_components.llm_lanes.core.model import (
+    ChatMessage,
+    ChatRequest,
     StreamChunk,
     TokenUsage,
 )
-from custom_components.llm_lanes.core.errors import BackendHTTPError
 
 
 class FakeClock:

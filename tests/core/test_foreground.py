@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import GenerateResult

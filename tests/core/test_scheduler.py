@@ -7,7 +7,6 @@ from collections.abc import AsyncGenerator
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.errors import (
     BackendHTTPError,
     LimitExceededError,
@@ -17,6 +16,7 @@ from custom_components.llm_lanes.core.errors import (
     SchedulerClosedError,
 )
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import (
     Policy,

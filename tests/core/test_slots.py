@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from custom_components.llm_lanes.core.backends.base import (
-    ChatMessage,
-    ChatRequest,
-    ToolSpec,
-)
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, ToolSpec
 from custom_components.llm_lanes.core.slots import (
     CANCEL_SETTLE_S,
     PrefixKeys,

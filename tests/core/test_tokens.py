@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from custom_components.llm_lanes.core.backends.base import (
-    ChatMessage,
-    ChatRequest,
-    ToolSpec,
-)
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, ToolSpec
 from custom_components.llm_lanes.core.tokens import (
     estimate_prompt_tokens,
     estimate_text_tokens,

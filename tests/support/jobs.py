@@ -18,13 +18,9 @@ from homeassistant.core import HomeAssistant
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
-from custom_components.llm_lanes.core.backends.base import (
-    ChatRequest,
-    StreamChunk,
-    TokenUsage,
-)
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk, TokenUsage
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import (
     FinishedRequest,

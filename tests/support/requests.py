@@ -14,8 +14,8 @@ from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import DOMAIN
-from custom_components.llm_lanes.core.backends.base import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, GenerateResult
 
 from .entries import MODEL

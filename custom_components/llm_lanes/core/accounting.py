@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .backends.base import StreamChunk, TokenUsage
-from .batch_cost import BatchCostModel
-from .errors import QueueTimeoutError
-from .lanes import Lane
-from .metrics import GroupStats
-from .quotas import QuotaLedger
-from .run_state import RunState
-from .settings import SchedulerSettings
-from .snapshot import FinishedRequest
-from .ticket import Ticket
+from custom_components.llm_lanes.core.batch_cost import BatchCostModel
+from custom_components.llm_lanes.core.errors import QueueTimeoutError
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.metrics import GroupStats
+from custom_components.llm_lanes.core.model import StreamChunk, TokenUsage
+from custom_components.llm_lanes.core.quotas import QuotaLedger
+from custom_components.llm_lanes.core.run_state import RunState
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import FinishedRequest
+from custom_components.llm_lanes.core.ticket import Ticket
 
 REQUESTER_MAX_SAMPLES = 1_000
 """Samples kept per requester and window (lanes keep more), so snapshots stay cheap with many."""

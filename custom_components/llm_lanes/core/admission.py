@@ -6,11 +6,15 @@ quota runs in the background lane instead when the quota action is ``demote``.
 
 from __future__ import annotations
 
-from .errors import LanesError, QueueFullError, QuotaExceededError
-from .lanes import Lane
-from .quotas import QuotaLedger
-from .run_state import RunState
-from .settings import QuotaAction, SchedulerSettings
+from custom_components.llm_lanes.core.errors import (
+    LanesError,
+    QueueFullError,
+    QuotaExceededError,
+)
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.quotas import QuotaLedger
+from custom_components.llm_lanes.core.run_state import RunState
+from custom_components.llm_lanes.core.settings import QuotaAction, SchedulerSettings
 
 
 def admission(

@@ -19,12 +19,13 @@ import contextlib
 from dataclasses import dataclass, field
 import logging
 
-from .accounting import Accounting
-from .backends.base import Backend, ChatRequest, StreamChunk
-from .errors import StreamClosedError
-from .foreground import ForegroundCare
-from .run_state import RunState
-from .ticket import Ticket
+from custom_components.llm_lanes.core.accounting import Accounting
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.errors import StreamClosedError
+from custom_components.llm_lanes.core.foreground import ForegroundCare
+from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
+from custom_components.llm_lanes.core.run_state import RunState
+from custom_components.llm_lanes.core.ticket import Ticket
 
 _LOGGER = logging.getLogger(__name__)
 

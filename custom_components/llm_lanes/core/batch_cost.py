@@ -23,8 +23,8 @@ from collections import deque
 from dataclasses import dataclass
 import statistics
 
-from .lanes import FOREGROUND_LANES, Lane
-from .settings import SchedulerSettings
+from custom_components.llm_lanes.core.lanes import FOREGROUND_LANES, Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 SAMPLES_PER_BATCH_SIZE = 64
 """Recent gaps kept per batch size."""

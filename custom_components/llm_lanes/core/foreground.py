@@ -20,19 +20,20 @@ from collections import deque
 from dataclasses import replace
 import logging
 
-from .backends.base import Backend, ChatRequest
-from .batch_cost import (
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.batch_cost import (
     BackgroundLimiter,
     BatchCostModel,
     PrefillPacer,
     foreground_lanes,
 )
-from .errors import BackendHTTPError
-from .lanes import FOREGROUND_LANES, Lane
-from .run_state import RunState
-from .settings import SchedulerSettings
-from .slots import PrefixKeys, SlotTable, prefix_keys
-from .ticket import Ticket
+from custom_components.llm_lanes.core.errors import BackendHTTPError
+from custom_components.llm_lanes.core.lanes import FOREGROUND_LANES, Lane
+from custom_components.llm_lanes.core.model import ChatRequest
+from custom_components.llm_lanes.core.run_state import RunState
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.slots import PrefixKeys, SlotTable, prefix_keys
+from custom_components.llm_lanes.core.ticket import Ticket
 
 _LOGGER = logging.getLogger(__name__)
 

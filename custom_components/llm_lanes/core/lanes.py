@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .errors import LimitExceededError
+from custom_components.llm_lanes.core.errors import LimitExceededError
 
 
 class Lane(IntEnum):

@@ -57,9 +57,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from .lanes import Lane
-from .run_state import QueuedRequest, RunState
-from .settings import Policy
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
+from custom_components.llm_lanes.core.settings import Policy
 
 _SHARE_RANK = 0.5
 """Rank of a background request raised by the background share: after voice, before interactive."""

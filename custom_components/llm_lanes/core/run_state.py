@@ -24,8 +24,8 @@ from collections import deque
 from dataclasses import dataclass, field
 import heapq
 
-from .lanes import Lane
-from .settings import SchedulerSettings
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 _LANES = tuple(Lane)
 

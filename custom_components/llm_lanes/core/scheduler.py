@@ -40,20 +40,34 @@ import logging
 import time
 from typing import NotRequired, TypedDict, Unpack
 
-from .accounting import Accounting
-from .admission import admission
-from .attempts import Attempts
-from .backends.base import Answer, Backend, ChatRequest, StreamChunk, TokenUsage
-from .batch_cost import BatchCostModel
-from .errors import QueueTimeoutError, SchedulerClosedError
-from .foreground import ForegroundCare
-from .lanes import Lane
-from .policy import Preempt, create_policy
-from .run_state import QueuedRequest, RunState
-from .settings import SchedulerSettings
-from .snapshot import FinishedRequest, GenerateResult, SchedulerSnapshot, build_snapshot
-from .ticket import Ticket
-from .tokens import estimate_prompt_tokens
+from custom_components.llm_lanes.core.accounting import Accounting
+from custom_components.llm_lanes.core.admission import admission
+from custom_components.llm_lanes.core.attempts import Attempts
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.batch_cost import BatchCostModel
+from custom_components.llm_lanes.core.errors import (
+    QueueTimeoutError,
+    SchedulerClosedError,
+)
+from custom_components.llm_lanes.core.foreground import ForegroundCare
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import (
+    Answer,
+    ChatRequest,
+    StreamChunk,
+    TokenUsage,
+)
+from custom_components.llm_lanes.core.policy import Preempt, create_policy
+from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import (
+    FinishedRequest,
+    GenerateResult,
+    SchedulerSnapshot,
+    build_snapshot,
+)
+from custom_components.llm_lanes.core.ticket import Ticket
+from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 
 _LOGGER = logging.getLogger(__name__)
 

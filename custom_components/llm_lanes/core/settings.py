@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from .lanes import DEFAULT_LANE_LIMITS, Lane, LaneLimits
+from custom_components.llm_lanes.core.lanes import DEFAULT_LANE_LIMITS, Lane, LaneLimits
 
 
 class Policy(StrEnum):

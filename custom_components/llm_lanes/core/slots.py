@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 import hashlib
 
-from .backends.base import ChatRequest
-from .lanes import FOREGROUND_LANES, Lane
+from custom_components.llm_lanes.core.lanes import FOREGROUND_LANES, Lane
+from custom_components.llm_lanes.core.model import ChatRequest
 
 CANCEL_SETTLE_S = 0.25
 """How long a slot freed by a cancellation is taken only when no other slot is free."""

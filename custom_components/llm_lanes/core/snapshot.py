@@ -11,12 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import TokenUsage, ToolCall
-from .lanes import Lane
-from .metrics import GroupStats, StatsView
-from .quotas import QuotaLedger
-from .run_state import QueuedRequest, RunState
-from .settings import SchedulerSettings
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.metrics import GroupStats, StatsView
+from custom_components.llm_lanes.core.model import TokenUsage, ToolCall
+from custom_components.llm_lanes.core.quotas import QuotaLedger
+from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,12 +11,12 @@ import asyncio
 from collections import deque
 from dataclasses import replace
 
-from .backends.base import ChatRequest, StreamChunk
-from .lanes import LaneLimits
-from .metrics import GroupStats, request_itl_p95
-from .run_state import QueuedRequest
-from .slots import PrefixKeys
-from .snapshot import FinishedRequest
+from custom_components.llm_lanes.core.lanes import LaneLimits
+from custom_components.llm_lanes.core.metrics import GroupStats, request_itl_p95
+from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
+from custom_components.llm_lanes.core.run_state import QueuedRequest
+from custom_components.llm_lanes.core.slots import PrefixKeys
+from custom_components.llm_lanes.core.snapshot import FinishedRequest
 
 
 class ChunkChannel:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .backends.base import ChatRequest
+from custom_components.llm_lanes.core.model import ChatRequest
 
 CHARS_PER_TOKEN = 4
 """Characters of text per token, on average."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from homeassistant.core import HomeAssistant, callback
 
-from .ollama_api import OllamaView
-from .openai_api import OpenAIView
+from custom_components.llm_lanes.gateway.ollama_api import OllamaView
+from custom_components.llm_lanes.gateway.openai_api import OpenAIView
 
 
 @callback

@@ -15,10 +15,10 @@ from homeassistant.components.http.const import KEY_HASS_USER
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.helpers.http import KEY_AUTHENTICATED, KEY_HASS
 
-from ..core.lanes import Lane  # noqa: TID252
-from ..requesters import user_requester  # noqa: TID252
-from .clients import OLLAMA_PATH, find_client
-from .errors import unauthorized
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.gateway.clients import OLLAMA_PATH, find_client
+from custom_components.llm_lanes.gateway.errors import unauthorized
+from custom_components.llm_lanes.requesters import user_requester
 
 REDACTED = "**REDACTED**"
 

@@ -18,15 +18,15 @@ from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
 
-from ..const import (  # noqa: TID252
+from custom_components.llm_lanes.const import (
     CONF_LANE,
     CONF_MAX_OUTPUT_TOKENS,
     CONF_QUOTA_TOKENS_PER_DAY,
     DOMAIN,
     SUBENTRY_CLIENT,
 )
-from ..core.lanes import Lane  # noqa: TID252
-from ..requesters import client_requester  # noqa: TID252
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.requesters import client_requester
 
 KEY_BYTES: Final = 32
 """Random bytes in a client key (43 URL-safe characters)."""

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from aiohttp import hdrs, web
 
-from ..core.errors import (  # noqa: TID252
+from custom_components.llm_lanes.core.errors import (
     AuthError,
     BackendConnectionError,
     BackendHTTPError,
@@ -30,8 +30,8 @@ from ..core.errors import (  # noqa: TID252
     ServerBusyError,
     ToolsUnsupportedError,
 )
-from ..core.protocols import ollama_answers, openai_answers  # noqa: TID252
-from ..core.quotas import BUCKET_S  # noqa: TID252
+from custom_components.llm_lanes.core.protocols import ollama_answers, openai_answers
+from custom_components.llm_lanes.core.quotas import BUCKET_S
 
 QUEUE_RETRY_AFTER_S: Final = 2
 """When a client whose lane queue is full (or whose server is busy) may try again."""

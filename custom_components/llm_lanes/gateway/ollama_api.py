@@ -14,15 +14,21 @@ from typing import Final
 from aiohttp import web
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
-from ..core.backends.base import StreamChunk  # noqa: TID252
-from ..core.protocols import ollama_answers, ollama_requests  # noqa: TID252
-from ..core.protocols.common import ParsedChat  # noqa: TID252
-from ..core.protocols.fields import Fields  # noqa: TID252
-from .auth import Caller, async_authenticate
-from .clients import OLLAMA_PATH
-from .errors import OLLAMA_WIRE
-from .relay import Handler, read_json, serve
-from .serving import Server, async_answer, async_embed, server_for, servers_for
+from custom_components.llm_lanes.core.model import StreamChunk
+from custom_components.llm_lanes.core.protocols import ollama_answers, ollama_requests
+from custom_components.llm_lanes.core.protocols.common import ParsedChat
+from custom_components.llm_lanes.core.protocols.fields import Fields
+from custom_components.llm_lanes.gateway.auth import Caller, async_authenticate
+from custom_components.llm_lanes.gateway.clients import OLLAMA_PATH
+from custom_components.llm_lanes.gateway.errors import OLLAMA_WIRE
+from custom_components.llm_lanes.gateway.relay import Handler, read_json, serve
+from custom_components.llm_lanes.gateway.serving import (
+    Server,
+    async_answer,
+    async_embed,
+    server_for,
+    servers_for,
+)
 
 API_VERSION: Final = "0.12.6"
 """The Ollama version reported when the server behind is not Ollama (its API is served)."""

@@ -15,14 +15,22 @@ from typing import Final
 from aiohttp import web
 from homeassistant.helpers.http import KEY_HASS, HomeAssistantView
 
-from ..const import DOMAIN  # noqa: TID252
-from ..core.protocols import openai_answers, openai_requests  # noqa: TID252
-from ..core.protocols.common import ParsedChat  # noqa: TID252
-from .auth import Caller, async_authenticate, bearer_key
-from .clients import OPENAI_PATH
-from .errors import OPENAI_WIRE, model_not_found
-from .relay import Handler, read_json, serve
-from .serving import async_answer, async_embed, servers_for
+from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.core.protocols import openai_answers, openai_requests
+from custom_components.llm_lanes.core.protocols.common import ParsedChat
+from custom_components.llm_lanes.gateway.auth import (
+    Caller,
+    async_authenticate,
+    bearer_key,
+)
+from custom_components.llm_lanes.gateway.clients import OPENAI_PATH
+from custom_components.llm_lanes.gateway.errors import OPENAI_WIRE, model_not_found
+from custom_components.llm_lanes.gateway.relay import Handler, read_json, serve
+from custom_components.llm_lanes.gateway.serving import (
+    async_answer,
+    async_embed,
+    servers_for,
+)
 
 MODEL_PREFIX: Final = "models/"
 

@@ -23,11 +23,16 @@ from typing import Any, Final
 from aiohttp import hdrs, web
 from homeassistant.util.json import json_loads
 
-from ..core.backends.base import StreamChunk, TokenUsage  # noqa: TID252
-from ..core.errors import LanesError  # noqa: TID252
-from ..core.protocols.common import StreamEncoder  # noqa: TID252
-from .auth import Caller
-from .errors import GatewayError, Wire, http_error_of, unknown_endpoint
+from custom_components.llm_lanes.core.errors import LanesError
+from custom_components.llm_lanes.core.model import StreamChunk, TokenUsage
+from custom_components.llm_lanes.core.protocols.common import StreamEncoder
+from custom_components.llm_lanes.gateway.auth import Caller
+from custom_components.llm_lanes.gateway.errors import (
+    GatewayError,
+    Wire,
+    http_error_of,
+    unknown_endpoint,
+)
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -18,25 +18,27 @@ from homeassistant.config_entries import ConfigEntry, ConfigEntryState
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS
 
-from ..const import DOMAIN  # noqa: TID252
-from ..coordinator import LLMLanesConfigEntry, LLMLanesRuntimeData  # noqa: TID252
-from ..core.backends.base import (  # noqa: TID252
-    ChatRequest,
-    ServerInfo,
-    ServerKind,
-    StreamChunk,
-    TokenUsage,
+from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.coordinator import (
+    LLMLanesConfigEntry,
+    LLMLanesRuntimeData,
 )
-from ..core.protocols.common import (  # noqa: TID252
+from custom_components.llm_lanes.core.backends.base import ServerInfo, ServerKind
+from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk, TokenUsage
+from custom_components.llm_lanes.core.protocols.common import (
     ParsedChat,
     ParsedEmbeddings,
     StreamEncoder,
     client_options,
     estimated_prompt,
 )
-from .auth import Caller
-from .errors import Wire, model_not_found, unavailable
-from .relay import embeddings_of, relay
+from custom_components.llm_lanes.gateway.auth import Caller
+from custom_components.llm_lanes.gateway.errors import (
+    Wire,
+    model_not_found,
+    unavailable,
+)
+from custom_components.llm_lanes.gateway.relay import embeddings_of, relay
 
 
 @dataclass(frozen=True, slots=True)

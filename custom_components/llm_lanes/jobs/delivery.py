@@ -9,9 +9,9 @@ from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 import probatio
 
-from ..const import DOMAIN, EVENT_SUMMARY_READY, LOGGER  # noqa: TID252
-from ..errors import validation_error  # noqa: TID252
-from .model import Job, iso_or_none
+from custom_components.llm_lanes.const import DOMAIN, EVENT_SUMMARY_READY, LOGGER
+from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.jobs.model import Job, iso_or_none
 
 
 def summary_ready_event_data(entry_id: str, job: Job) -> dict[str, Any]:

@@ -29,24 +29,27 @@ from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers.event import async_track_time_interval
 import homeassistant.util.dt as dt_util
 
-from ..const import DOMAIN, LOGGER  # noqa: TID252
-from ..core.errors import LanesError, SchedulerClosedError  # noqa: TID252
-from ..core.lanes import Lane, LaneLimits  # noqa: TID252
-from ..core.scheduler import Scheduler  # noqa: TID252
-from ..core.snapshot import FinishedRequest  # noqa: TID252
-from ..errors import validation_error  # noqa: TID252
-from .delivery import async_deliver
-from .model import Job, JobSpec, JobStatus, WaitReason
-from .queue import JobQueue
-from .run import NON_RETRYABLE_ERRORS, async_stream_answer
-from .throttles import (
+from custom_components.llm_lanes.const import DOMAIN, LOGGER
+from custom_components.llm_lanes.core.errors import LanesError, SchedulerClosedError
+from custom_components.llm_lanes.core.lanes import Lane, LaneLimits
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.snapshot import FinishedRequest
+from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.jobs.delivery import async_deliver
+from custom_components.llm_lanes.jobs.model import Job, JobSpec, JobStatus, WaitReason
+from custom_components.llm_lanes.jobs.queue import JobQueue
+from custom_components.llm_lanes.jobs.run import (
+    NON_RETRYABLE_ERRORS,
+    async_stream_answer,
+)
+from custom_components.llm_lanes.jobs.throttles import (
     QUIET_LANES,
     JobSettings,
     TokenBucket,
     house_busy,
     own_wait_reason,
 )
-from .waiters import JobListeners, JobWaiters
+from custom_components.llm_lanes.jobs.waiters import JobListeners, JobWaiters
 
 TICK_INTERVAL = timedelta(seconds=10)
 """How often waiting jobs are looked at again (window, bucket, back-off, retries, retention)."""

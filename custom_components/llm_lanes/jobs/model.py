@@ -14,8 +14,8 @@ from typing import Any
 
 import homeassistant.util.dt as dt_util
 
-from ..requesters import job_requester  # noqa: TID252
-from .prompts import JobPrompt
+from custom_components.llm_lanes.jobs.prompts import JobPrompt
+from custom_components.llm_lanes.requesters import job_requester
 
 
 class JobStatus(StrEnum):

@@ -18,8 +18,12 @@ from homeassistant.core import HomeAssistant, State
 from homeassistant.helpers.recorder import get_instance
 import homeassistant.util.dt as dt_util
 
-from ..core.tokens import CHARS_PER_TOKEN, TOKENS_PER_MESSAGE, estimate_text_tokens  # noqa: TID252
-from ..errors import validation_error  # noqa: TID252
+from custom_components.llm_lanes.core.tokens import (
+    CHARS_PER_TOKEN,
+    TOKENS_PER_MESSAGE,
+    estimate_text_tokens,
+)
+from custom_components.llm_lanes.errors import validation_error
 
 SYSTEM_PROMPT = (
     "You write short, clear summaries for the people of a household. "

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 
 from homeassistant.core import HomeAssistant, callback
 
-from ..errors import validation_error  # noqa: TID252
-from .model import Job, JobStatus
-from .store import SAVE_DELAY_S, JobStore, JobStoreData
-from .throttles import NightLedger
+from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.jobs.model import Job, JobStatus
+from custom_components.llm_lanes.jobs.store import SAVE_DELAY_S, JobStore, JobStoreData
+from custom_components.llm_lanes.jobs.throttles import NightLedger
 
 MAX_WAITING_JOBS = 50
 """Queued and running jobs of one server; one more is refused before anything is stored."""

@@ -6,8 +6,7 @@ from datetime import datetime
 
 import homeassistant.util.dt as dt_util
 
-from ..core.backends.base import ChatMessage, ChatRequest  # noqa: TID252
-from ..core.errors import (  # noqa: TID252
+from custom_components.llm_lanes.core.errors import (
     AuthError,
     LanesError,
     LimitExceededError,
@@ -15,9 +14,10 @@ from ..core.errors import (  # noqa: TID252
     QuotaExceededError,
     ToolsUnsupportedError,
 )
-from ..core.lanes import Lane  # noqa: TID252
-from ..core.scheduler import Scheduler  # noqa: TID252
-from .model import Job, JobAnswer
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.jobs.model import Job, JobAnswer
 
 NON_RETRYABLE_ERRORS: tuple[type[LanesError], ...] = (
     LimitExceededError,

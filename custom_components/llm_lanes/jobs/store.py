@@ -17,7 +17,7 @@ from typing import Any, TypedDict
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.storage import Store
 
-from ..const import DOMAIN  # noqa: TID252
+from custom_components.llm_lanes.const import DOMAIN
 
 STORAGE_VERSION = 1
 STORAGE_MINOR_VERSION = 3

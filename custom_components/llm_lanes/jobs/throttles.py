@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Final
 
-from ..const import DEFAULT_NIGHTLY_END, DEFAULT_NIGHTLY_START  # noqa: TID252
-from ..core.lanes import Lane  # noqa: TID252
-from ..core.snapshot import SchedulerSnapshot  # noqa: TID252
-from .model import Job, WaitReason
-from .store import LedgerData
+from custom_components.llm_lanes.const import DEFAULT_NIGHTLY_END, DEFAULT_NIGHTLY_START
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.snapshot import SchedulerSnapshot
+from custom_components.llm_lanes.jobs.model import Job, WaitReason
+from custom_components.llm_lanes.jobs.store import LedgerData
 
 QUIET_LANES: Final = (Lane.VOICE, Lane.INTERACTIVE)
 """Lanes whose requests keep new jobs from starting."""

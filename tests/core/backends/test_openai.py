@@ -14,18 +14,18 @@ import aiohttp
 from aiohttp import web
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
-    ChatMessage,
-    ChatRequest,
-    ServerKind,
-    StreamChunk,
-    ToolCall,
-)
+from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import (
     BackendHTTPError,
     MalformedStreamError,
+)
+from custom_components.llm_lanes.core.model import (
+    ChatMessage,
+    ChatRequest,
+    StreamChunk,
+    ToolCall,
 )
 
 from .conftest import (

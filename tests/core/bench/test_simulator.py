@@ -10,15 +10,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
-    ChatMessage,
-    ChatRequest,
-    ServerKind,
-)
+from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect, detect_server_kind
 from custom_components.llm_lanes.core.bench.prefill_delay import measure_prefill_delay
 from custom_components.llm_lanes.core.bench.sim_engine import Engine, EngineCosts
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 
 StartSim = Callable[[SimConfig], Awaitable[SimulatedServer]]
 FAST = 200.0
@@ -158,7 +155,7 @@ async def test_backend_detection_and_tool_call(
     backend = await connect(session, sim.url)
     info = await backend.server_info()
     assert info.kind is expected
-    from custom_components.llm_lanes.core.backends.base import ToolSpec  # noqa: PLC0415
+    from custom_components.llm_lanes.core.model import ToolSpec  # noqa: PLC0415
 
     request = ChatRequest(
         model=sim.config.model,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from custom_components.llm_lanes.core.backends.base import (
+from custom_components.llm_lanes.core.model import (
     ChatMessage,
     ChatRequest,
     StreamChunk,

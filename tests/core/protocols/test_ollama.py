@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import StreamChunk, ToolCall
 from custom_components.llm_lanes.core.errors import InvalidRequestError
+from custom_components.llm_lanes.core.model import StreamChunk, ToolCall
 from custom_components.llm_lanes.core.protocols import (
     ollama_answers,
     ollama_requests,

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
+from custom_components.llm_lanes.core.errors import InvalidRequestError
+from custom_components.llm_lanes.core.model import (
     ChatMessage,
     ChatRequest,
     StreamChunk,
     TokenUsage,
 )
-from custom_components.llm_lanes.core.errors import InvalidRequestError
 from custom_components.llm_lanes.core.protocols import openai_answers, openai_requests
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import Answer, ChatRequest
+from custom_components.llm_lanes.core.model import Answer, ChatRequest
 from custom_components.llm_lanes.core.protocols import (
     ollama_answers,
     ollama_requests,

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import (
+from custom_components.llm_lanes.core.errors import (
+    InvalidRequestError,
+    MalformedStreamError,
+)
+from custom_components.llm_lanes.core.model import (
     CompletionRequest,
     EmbeddingRequest,
     StreamChunk,
     TokenUsage,
-)
-from custom_components.llm_lanes.core.errors import (
-    InvalidRequestError,
-    MalformedStreamError,
 )
 from custom_components.llm_lanes.core.protocols import (
     ollama_answers,

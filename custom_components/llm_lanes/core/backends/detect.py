@@ -16,16 +16,19 @@ from typing import Unpack
 
 import aiohttp
 
-from ..errors import (
+from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
+from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
+from custom_components.llm_lanes.core.backends.transport import (
+    ConnectionOptions,
+    HttpClient,
+)
+from custom_components.llm_lanes.core.errors import (
     AuthError,
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
 )
-from .base import Backend, ServerKind
-from .ollama import OllamaBackend
-from .openai import OpenAIBackend
-from .transport import ConnectionOptions, HttpClient
 
 
 async def _probe_json(http: HttpClient, path: str) -> object | None:

@@ -13,8 +13,28 @@ from typing import Any, Unpack
 
 import aiohttp
 
-from ..protocols.ollama_answers import StreamDecoder, embed_answer
-from ..protocols.ollama_requests import (
+from custom_components.llm_lanes.core.backends.base import (
+    Backend,
+    ServerInfo,
+    ServerKind,
+    ServerMetrics,
+    server_unique_id,
+)
+from custom_components.llm_lanes.core.backends.transport import (
+    ConnectionOptions,
+    HttpClient,
+)
+from custom_components.llm_lanes.core.model import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    StreamChunk,
+)
+from custom_components.llm_lanes.core.protocols.ollama_answers import (
+    StreamDecoder,
+    embed_answer,
+)
+from custom_components.llm_lanes.core.protocols.ollama_requests import (
     CHAT_PATH,
     EMBED_PATH,
     GENERATE_PATH,
@@ -23,18 +43,6 @@ from ..protocols.ollama_requests import (
     embed_body,
     generate_body,
 )
-from .base import (
-    Backend,
-    ChatRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    ServerInfo,
-    ServerKind,
-    ServerMetrics,
-    StreamChunk,
-    server_unique_id,
-)
-from .transport import ConnectionOptions, HttpClient
 
 KEEP_ALIVE_FOREVER = -1
 """Ollama ``keep_alive`` that keeps a model resident until the server stops."""

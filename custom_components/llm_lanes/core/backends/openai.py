@@ -17,9 +17,35 @@ from typing import Any, Unpack
 
 import aiohttp
 
-from ..errors import BackendError, BackendHTTPError
-from ..protocols.openai_answers import StreamDecoder, embedding_answer
-from ..protocols.openai_requests import (
+from custom_components.llm_lanes.core.backends.base import (
+    Backend,
+    PrefillStep,
+    ServerInfo,
+    ServerKind,
+    ServerMetrics,
+    server_unique_id,
+)
+from custom_components.llm_lanes.core.backends.prometheus import (
+    llama_cpp_metrics,
+    parse_samples,
+    vllm_metrics,
+)
+from custom_components.llm_lanes.core.backends.transport import (
+    ConnectionOptions,
+    HttpClient,
+)
+from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
+from custom_components.llm_lanes.core.model import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    StreamChunk,
+)
+from custom_components.llm_lanes.core.protocols.openai_answers import (
+    StreamDecoder,
+    embedding_answer,
+)
+from custom_components.llm_lanes.core.protocols.openai_requests import (
     CHAT_PATH,
     COMPLETIONS_PATH,
     EMBEDDINGS_PATH,
@@ -27,20 +53,6 @@ from ..protocols.openai_requests import (
     completion_body,
     embedding_body,
 )
-from .base import (
-    Backend,
-    ChatRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    PrefillStep,
-    ServerInfo,
-    ServerKind,
-    ServerMetrics,
-    StreamChunk,
-    server_unique_id,
-)
-from .prometheus import llama_cpp_metrics, parse_samples, vllm_metrics
-from .transport import ConnectionOptions, HttpClient
 
 _LOGGER = logging.getLogger(__name__)
 

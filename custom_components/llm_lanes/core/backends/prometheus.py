@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..errors import MalformedStreamError
-from .base import ServerMetrics
+from custom_components.llm_lanes.core.backends.base import ServerMetrics
+from custom_components.llm_lanes.core.errors import MalformedStreamError
 
 
 def parse_samples(text: str) -> dict[str, float]:

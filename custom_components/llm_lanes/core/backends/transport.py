@@ -17,7 +17,8 @@ from typing import Any, TypedDict, Unpack
 
 import aiohttp
 
-from ..errors import (
+from custom_components.llm_lanes.core.backends.base import BackendTimeouts
+from custom_components.llm_lanes.core.errors import (
     BackendConnectionError,
     BackendError,
     BackendTimeoutError,
@@ -26,8 +27,8 @@ from ..errors import (
     StreamIdleTimeoutError,
     http_error,
 )
-from ..protocols.common import StreamDecoder
-from .base import BackendTimeouts, StreamChunk
+from custom_components.llm_lanes.core.model import StreamChunk
+from custom_components.llm_lanes.core.protocols.common import StreamDecoder
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -23,17 +23,16 @@ from typing import Any
 
 import aiohttp
 
-from ..backends.base import Backend
-from ..backends.detect import connect
-from ..settings import SchedulerSettings
-from .report import (
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.backends.detect import connect
+from custom_components.llm_lanes.core.bench.report import (
     build_report,
     markdown_report,
     plot_goodput,
     plot_ttft_cdf,
     write_report,
 )
-from .runner import (
+from custom_components.llm_lanes.core.bench.runner import (
     POLICIES,
     BenchPolicy,
     ProgressBar,
@@ -43,9 +42,24 @@ from .runner import (
     run_scenario,
     settings_for_server,
 )
-from .simulator import SimulatedServer, add_sim_options, sim_config
-from .sweep import SweepRow, format_table, parse_grid, run_sweep
-from .workload import Scenario, ScenarioError, builtin_scenarios, load_scenario
+from custom_components.llm_lanes.core.bench.simulator import (
+    SimulatedServer,
+    add_sim_options,
+    sim_config,
+)
+from custom_components.llm_lanes.core.bench.sweep import (
+    SweepRow,
+    format_table,
+    parse_grid,
+    run_sweep,
+)
+from custom_components.llm_lanes.core.bench.workload import (
+    Scenario,
+    ScenarioError,
+    builtin_scenarios,
+    load_scenario,
+)
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 
 @dataclass(slots=True)
@@ -103,7 +117,7 @@ def _settings(args: argparse.Namespace, server: ServerDescription) -> SchedulerS
 def _scenario(args: argparse.Namespace) -> Scenario:
     scenario = load_scenario(args.scenario)
     if args.duration is not None:
-        from .calibrate import shorten  # noqa: PLC0415
+        from custom_components.llm_lanes.core.bench.calibrate import shorten  # noqa: PLC0415
 
         scenario = shorten(scenario, args.duration)
     return scenario
@@ -312,7 +326,12 @@ async def _sweep(args: argparse.Namespace) -> int:
 
 
 async def _curve(args: argparse.Namespace) -> int:
-    from .curve import measure_curve, plot_curve, svg_plot, text_plot  # noqa: PLC0415
+    from custom_components.llm_lanes.core.bench.curve import (  # noqa: PLC0415
+        measure_curve,
+        plot_curve,
+        svg_plot,
+        text_plot,
+    )
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -402,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["micro"]:
-        from .micro import main as micro_main  # noqa: PLC0415  (only this command needs it)
+        from custom_components.llm_lanes.core.bench.micro import main as micro_main  # noqa: PLC0415  (only this command needs it)
 
         return micro_main(arguments[1:])
     args = build_parser().parse_args(arguments)

@@ -14,13 +14,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..backends.base import Backend
-from ..lanes import Lane
-from ..settings import SchedulerSettings
-from .curve import BatchCurve, measure_curve, text_plot
-from .runner import BenchPolicy, describe_server
-from .sweep import run_sweep
-from .workload import Scenario, load_scenario
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.bench.curve import (
+    BatchCurve,
+    measure_curve,
+    text_plot,
+)
+from custom_components.llm_lanes.core.bench.runner import BenchPolicy, describe_server
+from custom_components.llm_lanes.core.bench.sweep import run_sweep
+from custom_components.llm_lanes.core.bench.workload import Scenario, load_scenario
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 DEFAULT_SCENARIO = "evening"
 DEFAULT_GRID: Mapping[str, Sequence[str]] = {

@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass
 import time
 from typing import Any
 
-from ..backends.base import Backend, ChatMessage, ChatRequest, ServerKind
-from .report import percentile
+from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.bench.report import percentile
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 
 KNEE_SHARE = 0.95
 """A batch reaching this share of the best throughput is big enough."""
@@ -177,7 +178,7 @@ async def measure_curve(
 
 def plot_curve(curve: BatchCurve, path: Any) -> None:
     """Draw ITL (p50, p95) and output tokens/s against sequences in flight into a PNG."""
-    from .report import _pyplot  # noqa: PLC0415  (matplotlib only when drawing)
+    from custom_components.llm_lanes.core.bench.report import _pyplot  # noqa: PLC0415  (matplotlib only when drawing)
 
     plt = _pyplot()
     figure, itl_axis = plt.subplots(figsize=(6, 3.6))

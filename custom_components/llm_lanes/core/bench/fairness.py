@@ -18,9 +18,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..lanes import Lane
-from ..settings import SchedulerSettings
-from .runner import RequestRecord
+from custom_components.llm_lanes.core.bench.runner import RequestRecord
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 BACKLOGGED_SHARE = 0.9
 """A requester with a request outstanding for this share of the window counts as backlogged."""

@@ -24,14 +24,14 @@ import statistics
 import sys
 import time
 
-from ..accounting import Accounting
-from ..backends.base import ChatMessage, ChatRequest, StreamChunk
-from ..lanes import Lane
-from ..policy import Admit, create_policy
-from ..run_state import QueuedRequest, RunState
-from ..scheduler import DEFAULT_WINDOW_S
-from ..settings import Policy, SchedulerSettings
-from ..ticket import Ticket
+from custom_components.llm_lanes.core.accounting import Accounting
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
+from custom_components.llm_lanes.core.policy import Admit, create_policy
+from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
+from custom_components.llm_lanes.core.scheduler import DEFAULT_WINDOW_S
+from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
+from custom_components.llm_lanes.core.ticket import Ticket
 
 CHOOSE_TARGET_US = 50.0
 TOKEN_TARGET_US = 5.0

@@ -17,8 +17,9 @@ import random
 import time
 from typing import Any
 
-from ..backends.base import Backend, ChatMessage, ChatRequest
-from .report import percentile
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.bench.report import percentile
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,11 +34,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import metrics
-from ..settings import SchedulerSettings
-from .fairness import fairness
-from .runner import RequestRecord, RunResult
-from .workload import RequestClass
+from custom_components.llm_lanes.core import metrics
+from custom_components.llm_lanes.core.bench.fairness import fairness
+from custom_components.llm_lanes.core.bench.runner import RequestRecord, RunResult
+from custom_components.llm_lanes.core.bench.workload import RequestClass
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 CLASS_FIELDS = (
     "count", "finished", "rejected", "preempted",

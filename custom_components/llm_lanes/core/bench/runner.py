@@ -20,13 +20,9 @@ import sys
 import time
 from typing import Any, Literal, TextIO
 
-from ..backends.base import Backend, ChatMessage, ChatRequest, ServerKind, StreamChunk
-from ..errors import BackendError, SchedulerError, ServerBusyError
-from ..scheduler import Scheduler
-from ..settings import Policy, SchedulerSettings
-from ..snapshot import FinishedRequest
-from .sim_answers import count_text_tokens
-from .workload import (
+from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.bench.sim_answers import count_text_tokens
+from custom_components.llm_lanes.core.bench.workload import (
     PlannedRequest,
     RequestClass,
     Scenario,
@@ -34,6 +30,15 @@ from .workload import (
     plan_open_requests,
     prompt_text,
 )
+from custom_components.llm_lanes.core.errors import (
+    BackendError,
+    SchedulerError,
+    ServerBusyError,
+)
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
+from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import FinishedRequest
 
 BenchPolicy = Literal["direct", "fifo", "lanes"]
 POLICIES: tuple[BenchPolicy, ...] = ("direct", "fifo", "lanes")

@@ -32,7 +32,7 @@ import random
 import re
 from typing import Any
 
-from ..backends.base import ToolCall
+from custom_components.llm_lanes.core.model import ToolCall
 
 VOCABULARY = [
     "the",

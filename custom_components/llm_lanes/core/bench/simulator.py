@@ -30,7 +30,7 @@ import uuid
 
 from aiohttp import web
 
-from .sim_answers import (
+from custom_components.llm_lanes.core.bench.sim_answers import (
     AnswerPlan,
     SimMessage,
     SimTool,
@@ -39,7 +39,11 @@ from .sim_answers import (
     plan_answer,
     render_prompt,
 )
-from .sim_engine import Engine, EngineCosts, Sequence
+from custom_components.llm_lanes.core.bench.sim_engine import (
+    Engine,
+    EngineCosts,
+    Sequence,
+)
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -14,11 +14,16 @@ import itertools
 import secrets
 from typing import Any
 
-from ..backends.base import Backend
-from ..settings import SchedulerSettings
-from .report import build_report, objective_misses
-from .runner import BenchPolicy, RunResult, ServerDescription, run_scenario
-from .workload import Scenario
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.bench.report import build_report, objective_misses
+from custom_components.llm_lanes.core.bench.runner import (
+    BenchPolicy,
+    RunResult,
+    ServerDescription,
+    run_scenario,
+)
+from custom_components.llm_lanes.core.bench.workload import Scenario
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 
 @dataclass(slots=True)

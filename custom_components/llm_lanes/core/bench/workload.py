@@ -28,7 +28,7 @@ from pathlib import Path
 import random
 from typing import TYPE_CHECKING, Any
 
-from ..lanes import Lane
+from custom_components.llm_lanes.core.lanes import Lane
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 import json
 from typing import Any, Protocol
 
-from ..backends.base import (
+from custom_components.llm_lanes.core.errors import (
+    MalformedStreamError,
+    StreamClosedError,
+)
+from custom_components.llm_lanes.core.model import (
     ChatMessage,
     ChatRequest,
     CompletionRequest,
@@ -22,8 +26,10 @@ from ..backends.base import (
     TokenUsage,
     ToolSpec,
 )
-from ..errors import MalformedStreamError, StreamClosedError
-from ..tokens import estimate_prompt_tokens, estimate_text_tokens
+from custom_components.llm_lanes.core.tokens import (
+    estimate_prompt_tokens,
+    estimate_text_tokens,
+)
 
 
 @dataclass(frozen=True, slots=True)

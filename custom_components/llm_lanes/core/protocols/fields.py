@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal, cast
 
-from ..backends.base import ToolCall, ToolSpec
-from ..errors import InvalidRequestError
-from .common import json_object
+from custom_components.llm_lanes.core.errors import InvalidRequestError
+from custom_components.llm_lanes.core.model import ToolCall, ToolSpec
+from custom_components.llm_lanes.core.protocols.common import json_object
 
 type Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")

@@ -17,7 +17,12 @@ import json
 import time
 from typing import Any
 
-from ..backends.base import (
+from custom_components.llm_lanes.core.errors import (
+    BackendError,
+    MalformedStreamError,
+    http_error,
+)
+from custom_components.llm_lanes.core.model import (
     Answer,
     ChatRequest,
     EmbeddingRequest,
@@ -25,8 +30,7 @@ from ..backends.base import (
     TokenUsage,
     ToolCall,
 )
-from ..errors import BackendError, MalformedStreamError, http_error
-from .common import (
+from custom_components.llm_lanes.core.protocols.common import (
     embedding_chunks,
     estimated_usage,
     json_object,
@@ -34,7 +38,7 @@ from .common import (
     stream_object,
     vectors_of,
 )
-from .ollama_requests import tool_call_to_wire
+from custom_components.llm_lanes.core.protocols.ollama_requests import tool_call_to_wire
 
 # --- read by the backend -----------------------------------------------------------------------
 

@@ -20,7 +20,12 @@ import json
 import struct
 from typing import Any
 
-from ..backends.base import (
+from custom_components.llm_lanes.core.errors import (
+    BackendError,
+    MalformedStreamError,
+    http_error,
+)
+from custom_components.llm_lanes.core.model import (
     Answer,
     ChatRequest,
     CompletionRequest,
@@ -29,8 +34,7 @@ from ..backends.base import (
     TokenUsage,
     ToolCall,
 )
-from ..errors import BackendError, MalformedStreamError, http_error
-from .common import (
+from custom_components.llm_lanes.core.protocols.common import (
     PrefixEcho,
     embedding_chunks,
     estimated_usage,
@@ -38,7 +42,7 @@ from .common import (
     stream_object,
     vectors_of,
 )
-from .openai_requests import tool_call_to_wire
+from custom_components.llm_lanes.core.protocols.openai_requests import tool_call_to_wire
 
 SSE_DONE = b"data: [DONE]\n\n"
 

@@ -13,22 +13,22 @@ from collections.abc import Mapping
 import json
 from typing import Any
 
-from ..backends.base import (
+from custom_components.llm_lanes.core.errors import InvalidRequestError
+from custom_components.llm_lanes.core.model import (
     ChatMessage,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
     ToolCall,
 )
-from ..errors import InvalidRequestError
-from .common import (
+from custom_components.llm_lanes.core.protocols.common import (
     ParsedChat,
     ParsedEmbeddings,
     sampling_to_wire,
     split_prefix,
     tools_to_wire,
 )
-from .fields import Fields
+from custom_components.llm_lanes.core.protocols.fields import Fields
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"

@@ -4,7 +4,7 @@
   LocalAI and every OpenAI-compatible client);
 - Ollama: ``/api/chat`` with NDJSON lines.
 
-Each converts the neutral ``ChatRequest`` / ``StreamChunk`` of ``core.backends.base`` to and from
+Each converts the neutral ``ChatRequest`` / ``StreamChunk`` of ``core.model`` to and from
 its format. ``openai_requests`` and ``ollama_requests`` hold a format's request bodies: the
 backends write them, the gateway that serves these endpoints from Home Assistant reads a
 client's. ``openai_answers`` and ``ollama_answers`` hold its answers: the backends read a

@@ -307,7 +307,7 @@ async def test_prepare_reloads_an_unloaded_model_at_once(
     assert unloading_ollama.load_requests == 2
     assert server.data.model_loaded
     # The scheduler makes room for voice for a while.
-    assert scheduler.snapshot().taken_at < scheduler._state.voice_expected_until
+    assert scheduler.snapshot().taken_at < scheduler._foreground.announced_until
     # Loaded: a second prepare asks nothing of the server.
     await conversation.async_prepare_agent(hass, agent_id, "en")
     await hass.async_block_till_done(wait_background_tasks=True)

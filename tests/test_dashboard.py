@@ -9,7 +9,7 @@ from homeassistant.helpers import entity_registry as er
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import WebSocketGenerator
 
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES
 
 from .support.entities import async_flush_snapshots, entity_id_for
 from .support.requests import async_generate
@@ -98,7 +98,7 @@ async def test_view_shows_what_a_new_server_has(
     assert (
         _ids(served_per_day)
         == _ids(served)
-        == [_sensor(hass, entry, f"{lane.key}_requests_served") for lane in Lane]
+        == [_sensor(hass, entry, f"{lane.key}_requests_served") for lane in LANES]
     )
     tokens_per_day, tokens = cards["Tokens per requester"]
     assert (
@@ -124,7 +124,7 @@ async def test_view_follows_enabled_and_renamed_entities(
 ) -> None:
     """Enabled figures join their graph (the note goes); a renamed entity id is used."""
     entry = init_integration
-    for lane in Lane:
+    for lane in LANES:
         for figure in ("ttft_p95", "itl_p95", "queue_depth"):
             entity_registry.async_update_entity(
                 _sensor(hass, entry, f"{lane.key}_{figure}"), disabled_by=None
@@ -137,9 +137,9 @@ async def test_view_follows_enabled_and_renamed_entities(
     ttft, itl = _cards(view)["Latency per lane"]
     assert _ids(ttft) == [
         "sensor.voice_wait",
-        *(_sensor(hass, entry, f"{lane.key}_ttft_p95") for lane in list(Lane)[1:]),
+        *(_sensor(hass, entry, f"{lane.key}_ttft_p95") for lane in list(LANES)[1:]),
     ]
-    assert _ids(itl) == [_sensor(hass, entry, f"{lane.key}_itl_p95") for lane in Lane]
+    assert _ids(itl) == [_sensor(hass, entry, f"{lane.key}_itl_p95") for lane in LANES]
     assert len(_ids(_cards(view)["Load"][0])) == 6
 
 

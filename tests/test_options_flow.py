@@ -9,6 +9,8 @@ from homeassistant.helpers import config_validation as cv
 import probatio
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.llm_lanes.core.lanes import Lane
+
 from .support.entities import async_flush_snapshots, async_set_options
 from .support.requests import async_generate
 
@@ -111,7 +113,7 @@ async def test_options_flow(
     assert settings.requester_quotas == {"user:abc": 500, "job:digest": 2000}
     assert settings.prefill_guard_tokens == 256
     assert settings.background_with_voice == 1
-    assert settings.lanes[0].ttft_slo_s == 0.4
+    assert settings.lanes[Lane.VOICE].ttft_slo_s == 0.4
 
     # Opened again, the form shows the share in percent and the quotas as rows.
     result = await hass.config_entries.options.async_init(entry.entry_id)

@@ -30,7 +30,7 @@ from pytest_homeassistant_custom_component.common import (
 from custom_components.llm_lanes import sensor as sensor_module
 from custom_components.llm_lanes.const import DOMAIN, OPT_HEADROOM, OPT_MAX_SEQUENCES
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.sensor import ACTIVITY_SENSORS
 
 from .support.entities import (
@@ -70,7 +70,7 @@ async def test_sensors_when_idle(
 
     for key in ("queue_depth", "in_flight", "rejected_requests", "preemptions"):
         assert state_of(hass, entry, "sensor", key) == "0"
-    for lane in Lane:
+    for lane in LANES:
         assert state_of(hass, entry, "sensor", f"{lane.key}_queue_depth") == "0"
         for figure in ("ttft_p50", "ttft_p95", "itl_p95", "e2e_p95"):
             assert (
@@ -134,7 +134,7 @@ async def test_sensor_metadata(
         "in_flight",
         "goodput",
         "server_url",
-        *(f"{lane.key}_requests_served" for lane in Lane),
+        *(f"{lane.key}_requests_served" for lane in LANES),
     }.isdisjoint(disabled)
     # Every activity sensor exists, per lane and overall.
     keys = {description.key for description in ACTIVITY_SENSORS}
@@ -194,7 +194,7 @@ async def test_sensors_after_requests(
     assert state_of(hass, entry, "sensor", "preemptions") == "0"
     served = {
         lane: state_of(hass, entry, "sensor", f"{lane.key}_requests_served")
-        for lane in Lane
+        for lane in LANES
     }
     # The refused voice request never ran: it is not served.
     assert served == {

@@ -19,7 +19,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.jobs.manager import JobManager
 
 from .support.entities import async_set_options
@@ -135,7 +135,7 @@ async def test_lanes_are_capped_at_the_servers_context(
     """Every lane's prompt and output limits stop at what one slot of the server holds."""
     runtime = init_integration.runtime_data
     assert runtime.server.context_per_slot == CONTEXT_PER_SLOT
-    for lane in Lane:
+    for lane in LANES:
         limits = runtime.scheduler.settings.lanes[lane]
         assert limits.max_prompt_tokens == CONTEXT_PER_SLOT
         assert limits.max_output_tokens <= CONTEXT_PER_SLOT

@@ -18,7 +18,7 @@ from custom_components.llm_lanes.const import (
     OPT_REQUESTER_QUOTAS,
     SETTING_OPTIONS,
 )
-from custom_components.llm_lanes.core.lanes import DEFAULT_LANE_LIMITS, Lane
+from custom_components.llm_lanes.core.lanes import DEFAULT_LANE_LIMITS, LANES, Lane
 from custom_components.llm_lanes.core.settings import (
     Policy,
     QuotaAction,
@@ -126,7 +126,7 @@ def test_setting_options_name_scheduler_settings() -> None:
 def test_the_servers_context_caps_every_lane() -> None:
     """Prompt and output limits stop at the server's context per slot; larger ones stay."""
     settings = settings_from_options({"voice": {"max_output_tokens": 4000}}, 4, 2048)
-    for lane in Lane:
+    for lane in LANES:
         limits = settings.lanes[lane]
         assert limits.max_prompt_tokens == 2048
         assert limits.max_output_tokens <= 2048

@@ -28,7 +28,7 @@ import probatio
 
 from custom_components.llm_lanes.const import DOMAIN, OPT_BACKGROUND_PAUSED
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.requesters import requester_sensor_prefix
 
 WS_TYPE: Final = "llm_lanes/dashboard"
@@ -202,7 +202,7 @@ def server_view(
 ) -> dict[str, Any]:
     """Build the view of one server (a *sections* view)."""
     entities = _Entities(hass, entry)
-    lanes = list(Lane)
+    lanes = list(LANES)
     now = _section(
         "Now",
         *_tiles(

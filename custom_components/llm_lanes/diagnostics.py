@@ -5,7 +5,8 @@ No secrets (API keys and client keys are redacted), no prompts.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
 from enum import Enum
 from typing import Any
 
@@ -15,6 +16,7 @@ from homeassistant.core import HomeAssistant
 
 from custom_components.llm_lanes.const import CONF_PROMPT
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import SchedulerSnapshot
 from custom_components.llm_lanes.gateway.clients import Client, client_subentries
 
@@ -22,17 +24,24 @@ TO_REDACT = {CONF_API_KEY, CONF_PROMPT}
 
 
 def _plain(value: Any) -> Any:
-    """Make dataclass dumps JSON-friendly (enum keys and values as their names)."""
-    if isinstance(value, dict):
-        return {
-            (key.name.lower() if isinstance(key, Enum) else key): _plain(item)
-            for key, item in value.items()
-        }
+    """Make a dataclass JSON-friendly: lanes by their key, enums by their value or name."""
+    if isinstance(value, Lane):
+        return value.key
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {_plain_key(key): _plain(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     if isinstance(value, Enum):
         return value.value
     return value
+
+
+def _plain_key(key: Any) -> Any:
+    if isinstance(key, Lane):
+        return key.key
+    return key.name.lower() if isinstance(key, Enum) else key
 
 
 async def async_get_config_entry_diagnostics(
@@ -63,9 +72,9 @@ async def async_get_config_entry_diagnostics(
                 if server.unreachable_since
                 else None
             ),
-            "state": _plain(asdict(server.data)) if server.data is not None else None,
+            "state": _plain(server.data) if server.data is not None else None,
         },
-        "scheduler": _plain(asdict(snapshot)),
+        "scheduler": _plain(snapshot),
         "clients": _clients(entry, snapshot),
         "jobs": [
             {

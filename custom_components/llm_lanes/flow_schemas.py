@@ -68,7 +68,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import Policy, QuotaAction
 from custom_components.llm_lanes.requesters import (
     async_requester_name,
@@ -269,7 +269,7 @@ def options_schema(
         required(OPT_JOBS_NIGHTLY_BUDGET, jobs.nightly_token_budget): TOKEN_AMOUNT,
         required(OPT_JOBS_RETENTION_DAYS, jobs.retention_days): _number(1, 365, 1),
     }
-    for lane in Lane:
+    for lane in LANES:
         limits = current.lanes[lane]
         lane_shown: Mapping[str, Any] = shown.get(lane.key) or {}
         lane_fields = {
@@ -305,7 +305,7 @@ def options_to_store(
     }
     options: dict[str, Any] = {**previous}
     for key, value in user_input.items():
-        if key in {lane.key for lane in Lane}:
+        if key in {lane.key for lane in LANES}:
             options[key] = {
                 limit: int(raw)
                 if limit in {"max_output_tokens", "max_queued"}
@@ -396,7 +396,7 @@ def client_schema(current: Mapping[str, Any] | None) -> probatio.Schema:
         probatio.Required(
             CONF_LANE, default=values.get(CONF_LANE, Lane.INTERACTIVE.key)
         )
-    ] = _choice([lane.key for lane in Lane], "lane")
+    ] = _choice([lane.key for lane in LANES], "lane")
     for key, selector in (
         (CONF_QUOTA_TOKENS_PER_DAY, TOKEN_AMOUNT),
         (CONF_MAX_OUTPUT_TOKENS, _number(1, 131072, 1)),

@@ -27,7 +27,7 @@ from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from custom_components.llm_lanes.const import LOGGER
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, ServerState
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.snapshot import LaneSnapshot, SchedulerSnapshot
 from custom_components.llm_lanes.entity import (
     ActivityEntity,
@@ -139,12 +139,12 @@ def _requests_served(lane: Lane) -> ActivitySensorDescription:
 
 
 LANE_REQUESTS_SENSORS: tuple[ActivitySensorDescription, ...] = tuple(
-    _requests_served(lane) for lane in Lane
+    _requests_served(lane) for lane in LANES
 )
 
 
 ACTIVITY_SENSORS: tuple[ActivitySensorDescription, ...] = (
-    *(description for lane in Lane for description in _lane_descriptions(lane)),
+    *(description for lane in LANES for description in _lane_descriptions(lane)),
     ActivitySensorDescription(
         key="queue_depth",
         translation_key="queue_depth",

@@ -17,7 +17,7 @@ import probatio
 
 from custom_components.llm_lanes.core.bench.calibrate import DEFAULT_SCENARIO
 from custom_components.llm_lanes.core.bench.workload import builtin_scenarios
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.jobs.model import JobStatus
 from custom_components.llm_lanes.requesters import is_requester_id
 
@@ -105,7 +105,7 @@ GENERATE_SCHEMA = probatio.Schema(
         probatio.Required(ATTR_PROMPT): _text(MAX_TEXT_CHARS),
         probatio.Optional(ATTR_INSTRUCTIONS): _text(MAX_INSTRUCTIONS_CHARS),
         probatio.Optional(ATTR_LANE, default=Lane.AUTOMATION.key): probatio.In(
-            [lane.key for lane in Lane]
+            [lane.key for lane in LANES]
         ),
         probatio.Optional(ATTR_REQUESTER): _requester_id,
         probatio.Optional(ATTR_MAX_TOKENS): _TOKENS,

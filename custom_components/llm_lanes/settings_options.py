@@ -24,7 +24,7 @@ from custom_components.llm_lanes.const import (
     OPT_REQUESTER_QUOTAS,
     SETTING_OPTIONS,
 )
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.jobs.throttles import JobSettings
 
@@ -93,7 +93,7 @@ def settings_from_options(
         background_with_voice=int(options.get(OPT_BACKGROUND_WITH_VOICE) or 0) or None,
         requester_quotas=parse_requester_quotas(options.get(OPT_REQUESTER_QUOTAS, "")),
     )
-    for lane in Lane:
+    for lane in LANES:
         lane_options: Mapping[str, Any] = options.get(lane.key) or {}
         changes: dict[str, Any] = {}
         for limit in LANE_OPTION_LIMITS:

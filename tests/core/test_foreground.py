@@ -181,11 +181,11 @@ async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
     chat and a command overlapped, two slots are kept for the foreground.
     """
     scheduler, backend, _ = _placed(prefill_guard_tokens=500)
-    state = scheduler._state
+    headroom = scheduler._foreground.headroom
     await scheduler.generate(
         chat(tag="v"), lane=Lane.VOICE, requester="v", prompt_tokens=100
     )
-    assert state.headroom_lendable
+    assert headroom.lendable
     gate = asyncio.Event()
     jobs = [
         spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"j{i}")
@@ -209,10 +209,10 @@ async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
     await settle()
     typing.set()
     await asyncio.gather(chat_task, command)
-    assert not state.headroom_lendable
-    assert state.learned_headroom == 2
-    assert scheduler._foreground.slots is not None
-    assert scheduler._foreground.slots.reserved == 2
+    assert not headroom.lendable
+    assert headroom.slots == 2
+    assert scheduler._slots.table is not None
+    assert scheduler._slots.table.reserved == 2
     gate = asyncio.Event()
     jobs = [
         spawn(scheduler, chat(gate=gate, tag="job"), Lane.BACKGROUND, f"k{i}")

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.foreground import Foreground
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.policy import (
     Admit,
     Decision,
@@ -26,9 +27,14 @@ from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
 class Queue(RunState):
     """A run state that asks the policy its settings name, as the scheduler does."""
 
+    def __init__(self, settings: SchedulerSettings) -> None:
+        """Start empty, knowing nothing of the foreground."""
+        super().__init__(settings)
+        self.foreground = Foreground(settings.max_sequences)
+
     def choose(self, now: float) -> Decision:
         """Return the policy's decision on this state."""
-        return create_policy(self.settings.policy).choose(self, now)
+        return create_policy(self.settings.policy).choose(self, self.foreground, now)
 
 
 def entry(
@@ -237,7 +243,7 @@ def test_lazy_structures_stay_bounded() -> None:
     """Admitted requests do not pile up in the lazily cleaned queues and expiry heap."""
     queue = Queue(SchedulerSettings(max_sequences=1))
     for seq in range(1, 5001):
-        queue.push(entry(seq, Lane(seq % 4), requester=f"u{seq % 7}", at=float(seq)))
+        queue.push(entry(seq, LANES[seq % 4], requester=f"u{seq % 7}", at=float(seq)))
         decision = queue.choose(float(seq))
         assert isinstance(decision, Admit)
         queue.start(decision.request)
@@ -245,7 +251,7 @@ def test_lazy_structures_stay_bounded() -> None:
     assert queue.waiting == 0
     assert len(queue._arrival_order) == 0
     assert len(queue._expiry) <= 64
-    assert all(len(lane.arrivals) == 0 for lane in queue._lanes)
+    assert all(len(lane.arrivals) == 0 for lane in queue._lanes.values())
     assert queue.started_total == queue.released_total == 5000
 
 

@@ -8,10 +8,10 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.detect import connect
-from custom_components.llm_lanes.core.batch_cost import DEFAULT_STEP_TOKENS
 from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.prefill_steps import DEFAULT_STEP_TOKENS
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import GenerateResult
@@ -70,7 +70,7 @@ async def test_steps_learn_the_server_speed(session: aiohttp.ClientSession) -> N
     """After a few steps the step size follows the speed the server reported."""
     summary = (_summary(800), Lane.BACKGROUND, 2500)
     sim, _, scheduler, _ = await _run(session, [summary, summary])
-    step = scheduler._foreground._pacer.step_tokens(SETTINGS.prefill_step_s)
+    step = scheduler._attempts.prefill.pacer.step_tokens(SETTINGS.prefill_step_s)
     # The simulator prefills 256 tokens in 8 ms + 256 x 0.15 ms: about 5,500 tokens/s.
     assert 100 <= step <= 180
     first = -(-2500 // DEFAULT_STEP_TOKENS) - 1

@@ -15,7 +15,7 @@ from custom_components.llm_lanes.core.errors import (
     QuotaExceededError,
     SchedulerClosedError,
 )
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import (
@@ -73,7 +73,7 @@ async def test_generate_sets_priority_and_default_max_tokens() -> None:
     assert result.usage.prompt_tokens == 30
     assert result.usage.source == "server"
     sent = backend.streams[0].request
-    assert sent.priority == int(Lane.VOICE)
+    assert sent.priority == Lane.VOICE.rank == 0
     assert (
         sent.max_tokens == SchedulerSettings().lanes[Lane.VOICE].default_output_tokens
     )
@@ -131,7 +131,7 @@ async def test_strict_lane_priority() -> None:
     first = spawn(scheduler, chat(gate=gate, tag="first"), Lane.AUTOMATION, "x")
     await settle()
     tasks = [
-        spawn(scheduler, chat(tag=lane.key), lane, lane.key) for lane in reversed(Lane)
+        spawn(scheduler, chat(tag=lane.key), lane, lane.key) for lane in reversed(LANES)
     ]
     await settle()
     assert scheduler.snapshot().queue_depth == 4
@@ -586,11 +586,11 @@ async def test_fifo_policy_serves_in_arrival_order() -> None:
     scheduler, backend, _, _ = make(settings)
     tasks = [
         spawn(scheduler, chat(gate=gate, tag=lane.key), lane, "a")
-        for lane in reversed(Lane)
+        for lane in reversed(LANES)
     ]
     await settle()
     gate.set()
     await asyncio.gather(*tasks)
     assert [s.request.options["tag"] for s in backend.streams] == [
-        lane.key for lane in reversed(Lane)
+        lane.key for lane in reversed(LANES)
     ]

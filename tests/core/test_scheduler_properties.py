@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings as hyp_settings, strategies as st
 
 from custom_components.llm_lanes.core.errors import LanesError, QueueTimeoutError
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
@@ -47,7 +47,7 @@ class Job:
 jobs_strategy = st.lists(
     st.builds(
         Job,
-        lane=st.sampled_from(list(Lane)),
+        lane=st.sampled_from(list(LANES)),
         requester=st.integers(0, 3),
         prompt=st.integers(1, 300),
         answer=st.integers(1, 12),
@@ -77,7 +77,7 @@ async def _run_workload(
     settings: SchedulerSettings, jobs: list[Job], max_wait: float
 ) -> None:
     clock = FakeClock()
-    for lane in Lane:
+    for lane in LANES:
         settings = settings.with_lane(lane, max_wait_s=max_wait, max_queued=100)
     backend = FakeBackend(clock, token_s=TOKEN_S)
     scheduler = Scheduler(backend, settings, clock=clock)

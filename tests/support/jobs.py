@@ -19,7 +19,7 @@ from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk, TokenUsage
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import (
@@ -78,7 +78,7 @@ class LoadedScheduler:
                 ),
                 goodput=self.voice_goodput if lane is Lane.VOICE else None,
             )
-            for lane in Lane
+            for lane in LANES
         }
         return quiet(
             SchedulerSnapshot,

@@ -16,12 +16,10 @@ from dataclasses import replace
 
 from custom_components.llm_lanes.core.batch_cost import BatchCostModel
 from custom_components.llm_lanes.core.errors import QueueTimeoutError
-from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.metrics import GroupStats
 from custom_components.llm_lanes.core.model import StreamChunk, TokenUsage
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.run_state import RunState
-from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.core.ticket import Ticket
 
@@ -35,8 +33,6 @@ class Accounting:
     __slots__ = (
         "_cost_model",
         "_state",
-        "_w_in",
-        "_w_out",
         "_window_s",
         "lane_stats",
         "quotas",
@@ -46,13 +42,12 @@ class Accounting:
 
     def __init__(
         self,
-        settings: SchedulerSettings,
         state: RunState,
         *,
         window_s: float,
         cost_model: BatchCostModel | None = None,
     ) -> None:
-        """Charge with the weights of ``settings``, into ``state``'s share ledger.
+        """Charge with the weights of ``state``'s settings, into its share ledger.
 
         With ``cost_model``, every gap also teaches the model how the sequences in flight slow
         the tokens.
@@ -62,16 +57,9 @@ class Accounting:
         self._cost_model = cost_model
         self.quotas = QuotaLedger()
         """Tokens per requester over the last 24 hours."""
-        self.lane_stats = {lane: GroupStats() for lane in Lane}
+        self.lane_stats = {lane: GroupStats() for lane in state.lanes}
         self.requester_stats: dict[str, GroupStats] = {}
         self._window_s = window_s
-        self._w_in = settings.input_weight
-        self._w_out = settings.output_weight
-
-    def update_settings(self, settings: SchedulerSettings) -> None:
-        """Charge with new weights from now on."""
-        self._w_in = settings.input_weight
-        self._w_out = settings.output_weight
 
     def stats_of(self, requester: str) -> GroupStats:
         """Return a requester's statistics (created at its first request)."""
@@ -86,9 +74,9 @@ class Accounting:
         tokens = queued.prompt_tokens
         ticket.attempt_prompt = tokens
         ticket.attempt_output = 0
-        weight = self._w_in * tokens
+        weight = self._state.settings.input_weight * tokens
         ticket.counters[queued.requester] += weight
-        self.share.add(now, weight, background=queued.lane is Lane.BACKGROUND)
+        self.share.add(now, weight, background=queued.lane.yields)
         ticket.lane_stats.prompt_rate.add(now, tokens, self._window_s)
         ticket.requester_stats.prompt_rate.add(now, tokens, self._window_s)
 
@@ -99,9 +87,9 @@ class Accounting:
             queued = ticket.queued
             queued.output_tokens += tokens
             ticket.attempt_output += tokens
-            weight = tokens * self._w_out
+            weight = tokens * self._state.settings.output_weight
             ticket.counters[queued.requester] += weight
-            self.share.add(now, weight, background=queued.lane is Lane.BACKGROUND)
+            self.share.add(now, weight, background=queued.lane.yields)
             ticket.lane_stats.output_rate.add(now, tokens, self._window_s)
             ticket.requester_stats.output_rate.add(now, tokens, self._window_s)
         if tokens or chunk.text or chunk.tool_calls:
@@ -127,7 +115,11 @@ class Accounting:
             adjust_prompt = usage.prompt_tokens - ticket.attempt_prompt
             adjust_output = usage.output_tokens - ticket.attempt_output
             ticket.output_adjust += adjust_output
-            correction = self._w_in * adjust_prompt + self._w_out * adjust_output
+            settings = self._state.settings
+            correction = (
+                settings.input_weight * adjust_prompt
+                + settings.output_weight * adjust_output
+            )
             if correction:
                 ticket.counters[ticket.queued.requester] += correction
             ticket.token_source = "server"

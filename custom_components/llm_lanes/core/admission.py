@@ -1,7 +1,7 @@
 """Who is refused at the door: a lane's limits, a spent quota, a full queue.
 
 A refused request never reaches the policy or the server; one whose requester spent their daily
-quota runs in the background lane instead when the quota action is ``demote``.
+quota runs in the last yielding lane (background) instead when the quota action is ``demote``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def admission(
     if quota > 0 and used >= quota:
         if settings.quota_action is QuotaAction.REJECT:
             return lane, QuotaExceededError(requester=requester, used=used, quota=quota)
-        lane = Lane.BACKGROUND
+        lane = state.yielding_lanes[-1]
     max_queued = settings.lanes[lane].max_queued
     if state.queued(lane) >= max_queued:
         return lane, QueueFullError(lane=lane.key, max_queued=max_queued)

@@ -1,7 +1,8 @@
 """The attempts of admitted requests: from the slot taken to the slot given back.
 
 Each admitted attempt of a ticket takes its slot in the run state, is charged its prompt, is placed
-on a server slot (``ForegroundCare.place``) and gets a *pump* task that reads the backend's stream,
+on a server slot (``slots.SlotPlacer``), has a long background prompt prefilled in steps
+(``prefill_steps.py``), and gets a *pump* task that reads the backend's stream,
 charges each chunk and hands it to the caller through the ticket's channel. Preempting an attempt
 cancels its pump (which closes the backend stream, cancelling it at the server) and requeues the
 request at the head; its next attempt sends the kept text back as an assistant prefix.
@@ -22,9 +23,10 @@ import logging
 from custom_components.llm_lanes.core.accounting import Accounting
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.errors import StreamClosedError
-from custom_components.llm_lanes.core.foreground import ForegroundCare
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
+from custom_components.llm_lanes.core.prefill_steps import PrefillSteps
 from custom_components.llm_lanes.core.run_state import RunState
+from custom_components.llm_lanes.core.slots import SlotPlacer
 from custom_components.llm_lanes.core.ticket import Ticket
 
 _LOGGER = logging.getLogger(__name__)
@@ -36,7 +38,8 @@ class Attempts:
 
     backend: Backend
     state: RunState
-    foreground: ForegroundCare
+    slots: SlotPlacer
+    prefill: PrefillSteps
     accounting: Accounting
     clock: Callable[[], float]
     dispatch: Callable[[], None]
@@ -57,7 +60,7 @@ class Attempts:
         self.accounting.charge_prompt(ticket, now)
         request = ticket.next_attempt()
         if request is not None:
-            request = self.foreground.place(ticket, request, now)
+            request = self.slots.place(ticket, request, now)
         if request is None:
             # Preempted right after its last token: nothing is left to generate.
             self.state.release(queued)
@@ -78,7 +81,7 @@ class Attempts:
         """Cancel a background stream at the server, keep its output and requeue it at the head."""
         queued = ticket.queued
         self.state.release(queued)
-        self.foreground.free(ticket, now, cancelled=True)
+        self.slots.free(ticket, now, cancelled=True)
         ticket.attempt_live = None
         if ticket.pump is not None:
             ticket.pump.cancel()
@@ -97,14 +100,14 @@ class Attempts:
         """
         self.state.remove(ticket.queued)
         if self.state.release(ticket.queued):
-            self.foreground.free(ticket, self.clock(), cancelled=True)
+            self.slots.free(ticket, self.clock(), cancelled=True)
         ticket.attempt_live = None
         if stop and ticket.pump is not None:
             ticket.pump.cancel()
 
     def _release_slot(self, ticket: Ticket) -> None:
         if self.state.release(ticket.queued):
-            self.foreground.free(ticket, self.clock(), cancelled=False)
+            self.slots.free(ticket, self.clock(), cancelled=False)
             ticket.attempt_live = None
             self.dispatch()
 
@@ -113,7 +116,7 @@ class Attempts:
         stream: AsyncGenerator[StreamChunk] | None = None
         accounting = self.accounting
         try:
-            await self.foreground.prefill_in_steps(ticket, request, self.state.settings)
+            await self.prefill.run(ticket, request, self.state.settings)
             iterator = self.backend.chat(request)
             if isinstance(iterator, AsyncGenerator):
                 stream = iterator

@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 import statistics
 
-from custom_components.llm_lanes.core.lanes import FOREGROUND_LANES, Lane
+from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 SAMPLES_PER_BATCH_SIZE = 64
@@ -34,10 +34,6 @@ RAISE_MARGIN = 0.9
 """The limit rises only while the prediction stays under this fraction of the bound."""
 REFRESH_S = 0.5
 """The curve's medians are recomputed at most this often."""
-
-DEFAULT_STEP_TOKENS = 256
-"""Prompt tokens per prefill step until the server's prefill speed is known."""
-STEP_TOKENS_RANGE = (64, 4096)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,44 +197,3 @@ class BackgroundLimiter:
             allowed = extra
         self._limit = allowed
         return allowed
-
-
-class PrefillPacer:
-    """How many prompt tokens one prefill step may take, learned from the steps' own timings.
-
-    A server that prefills a whole batch at once (llama.cpp evaluates up to ``--batch-size``
-    tokens in one uninterruptible pass) makes a voice command that arrives meanwhile wait for
-    all of it. A long background prompt is therefore prefilled into its slot's cache in steps of
-    about ``prefill_step_s`` each, so a command waits one step at most.
-    """
-
-    __slots__ = ("_rates",)
-
-    def __init__(self) -> None:
-        """Know nothing of the server's speed yet."""
-        self._rates: deque[float] = deque(maxlen=SAMPLES_PER_BATCH_SIZE)
-
-    def observe(self, tokens: int, seconds: float) -> None:
-        """Record a step that evaluated ``tokens`` in ``seconds``."""
-        if tokens >= 16 and seconds > 0:
-            self._rates.append(tokens / seconds)
-
-    def step_tokens(self, step_s: float) -> int:
-        """Prompt tokens a step of ``step_s`` seconds takes at the speed learned."""
-        if not self._rates:
-            return DEFAULT_STEP_TOKENS
-        low, high = STEP_TOKENS_RANGE
-        return max(low, min(high, round(statistics.median(self._rates) * step_s)))
-
-
-def foreground_lanes(
-    running_by_lane: list[int], queued: tuple[int, ...], *, voice_expected: bool
-) -> tuple[Lane, ...]:
-    """Return the foreground lanes with a request queued, streaming or (voice) announced."""
-    return tuple(
-        lane
-        for lane in FOREGROUND_LANES
-        if running_by_lane[lane]
-        or queued[lane]
-        or (lane is Lane.VOICE and voice_expected)
-    )

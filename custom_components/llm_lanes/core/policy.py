@@ -6,12 +6,14 @@ a voice request. The scheduler (``scheduler.py``) only carries out these decisio
 
 Order under the ``lanes`` policy, highest first:
 
-1. **Lane priority** — voice, interactive, automation, background. A request that waited climbs one
-   lane per ``aging_s`` seconds, but never as high as voice (aged requests rank with interactive at
-   best, and win ties with it by arrival).
-2. **Background share** — when background has work waiting and got less than ``background_share`` of
-   the weighted service over the last ``share_window_s`` seconds, its next request ranks just below
-   voice (the share is taken from interactive and automation, never from voice).
+1. **Lane priority** — the lanes' order of service (``lanes.py``: voice, interactive, automation,
+   background). A request that waited climbs one lane per ``aging_s`` seconds, but never as high
+   as an urgent lane (voice): aged requests rank with the first other lane at best (interactive),
+   and win ties with it by arrival.
+2. **Background share** — when the yielding lanes (background) have work waiting and got less than
+   ``background_share`` of the weighted service over the last ``share_window_s`` seconds, their
+   next request ranks just below the urgent lanes (the share is taken from interactive and
+   automation, never from voice).
 3. **Inside a lane** — requests preempted earlier resume first; then Virtual Token Counter fairness
    (Sheng et al., OSDI 2024): each requester has a counter charged with the weighted tokens it is
    served (prompt at admission, output as it streams); the requester with the smallest counter goes
@@ -47,8 +49,11 @@ The ``fifo`` policy serves requests in arrival order under ``max_sequences`` and
 only (what a server does on its own), for comparison. ``create_policy`` returns the policy that
 ``SchedulerSettings.policy`` names.
 
-What these decisions read (the waiting and running requests, the counters, the share ledger) is
-kept in ``run_state.py``. Aging is checked only on each lane's oldest request, so choosing is
+The rules read lanes by their traits (``foreground``, ``urgent``, ``yields``), never by name: in
+what follows "voice" is an urgent lane, "voice or interactive" a foreground lane, "background" a
+yielding lane and "automation" any other. What these decisions read is the bookkeeping of
+``run_state.py`` (the waiting and running requests, the counters, the share ledger) and what
+``foreground.py`` learned (headroom, background limit, an announced command). Aging is checked only on each lane's oldest request, so choosing is
 O(log requesters), independent of the queue length.
 """
 
@@ -57,14 +62,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.foreground import Foreground
 from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
 from custom_components.llm_lanes.core.settings import Policy
-
-_SHARE_RANK = 0.5
-"""Rank of a background request raised by the background share: after voice, before interactive."""
-_OLDEST_AGED_RANK = 1
-"""Aging lifts a request at most to interactive's rank."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ class Admit:
 
     request: QueuedRequest
     rank: float = field(default=0.0, compare=False)
-    """The rank it was admitted at (its lane's, or better by aging or the background share)."""
+    """The rank it was admitted at (its lane's place, or better by aging or the share)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +87,12 @@ type Decision = Admit | Preempt | None
 
 
 class SchedulingPolicy(ABC):
-    """Decides what happens next from a server's run state (and its settings)."""
+    """Decides what happens next from a server's run state and what it knows of the foreground."""
 
     __slots__ = ()
 
     @abstractmethod
-    def choose(self, state: RunState, now: float) -> Decision:
+    def choose(self, state: RunState, foreground: Foreground, now: float) -> Decision:
         """Admit a waiting request, preempt a stream, or wait (None)."""
 
 
@@ -118,12 +118,12 @@ class FifoPolicy(SchedulingPolicy):
 
     __slots__ = ()
 
-    def choose(self, state: RunState, now: float) -> Decision:
+    def choose(self, state: RunState, foreground: Foreground, now: float) -> Decision:
         """Admit the earliest waiting request if it fits."""
         request = state.first_waiting()
         if request is None or not has_room(state, request):
             return None
-        return Admit(request, float(request.lane))
+        return Admit(request, float(state.position[request.lane]))
 
 
 class LanesPolicy(SchedulingPolicy):
@@ -131,29 +131,29 @@ class LanesPolicy(SchedulingPolicy):
 
     __slots__ = ()
 
-    def choose(self, state: RunState, now: float) -> Decision:
+    def choose(self, state: RunState, foreground: Foreground, now: float) -> Decision:
         """Decide what happens next: admit a waiting request, preempt a stream, or wait."""
         settings = state.settings
         running_by_lane = state.running_by_lane
-        voice_active = voice_is_active(state, now)
-        limit = background_limit(state, now)
-        if settings.preemption and running_by_lane[Lane.BACKGROUND]:
-            victim = _yield_to_foreground(state, voice_active=voice_active, limit=limit)
+        urgent_active = foreground.urgent_active(state, now)
+        limit = foreground.background_limit(state, now)
+        if settings.preemption and state.running_in(state.yielding_lanes):
+            victim = _yield_to_foreground(
+                state, urgent_active=urgent_active, limit=limit
+            )
             if victim is not None:
                 return Preempt(victim)
         if not state.waiting:
             return None
         max_sequences = max(settings.max_sequences, 1)
-        headroom = min(
-            max(settings.headroom, state.learned_headroom, 0), max_sequences - 1
-        )
+        headroom = foreground.headroom_slots(state)
         for rank, request in _candidates(state, now):
             lane = request.lane
-            if lane is Lane.BACKGROUND:
+            if lane.yields:
                 if settings.background_paused:
                     continue
                 if (
-                    voice_active
+                    urgent_active
                     and request.prompt_tokens > settings.prefill_guard_tokens
                 ):
                     continue
@@ -163,9 +163,9 @@ class LanesPolicy(SchedulingPolicy):
             if cap is not None and running_by_lane[lane] >= cap:
                 continue
             free = max_sequences - state.in_flight
-            if lane >= Lane.AUTOMATION and 0 < free <= headroom:
-                if lane is Lane.BACKGROUND:
-                    if not _may_borrow_headroom(state, rank, now):
+            if not lane.foreground and 0 < free <= headroom:
+                if lane.yields:
+                    if not _may_borrow_headroom(state, foreground, rank, now):
                         continue
                 else:
                     # Automation may not take the headroom; what background borrowed of the
@@ -177,7 +177,7 @@ class LanesPolicy(SchedulingPolicy):
                         return Preempt(victim)
                     continue
             if not has_room(state, request):
-                if lane is not Lane.BACKGROUND and settings.preemption:
+                if not lane.yields and settings.preemption:
                     victim = _victim(state, request, rank)
                     if victim is not None:
                         return Preempt(victim)
@@ -186,7 +186,14 @@ class LanesPolicy(SchedulingPolicy):
         return None
 
 
-def _may_borrow_headroom(state: RunState, rank: float, now: float) -> bool:
+def _share_rank(state: RunState) -> float:
+    """Rank of a background request raised by the background share: after the urgent lanes."""
+    return len(state.urgent_lanes) - 0.5
+
+
+def _may_borrow_headroom(
+    state: RunState, foreground: Foreground, rank: float, now: float
+) -> bool:
     """Whether background may take a headroom slot now (the foreground takes it back later).
 
     With preemption on: when the share ranked it up, or while no voice or interactive work is
@@ -194,19 +201,18 @@ def _may_borrow_headroom(state: RunState, rank: float, now: float) -> bool:
     background there instead of a slot of its own), unless the foreground's prompts are long: a
     slot lent to background loses the Assist prompt cached there.
     """
-    if not (state.settings.preemption and state.headroom_lendable):
+    if not (state.settings.preemption and foreground.headroom.lendable):
         return False
-    return rank == _SHARE_RANK or not (
-        foreground_is_active(state, now) or state.queued(Lane.AUTOMATION)
+    others = tuple(lane for lane in state.lanes if not (lane.foreground or lane.yields))
+    return rank == _share_rank(state) or not (
+        foreground.active(state, now) or state.queued_in(others)
     )
 
 
 def _least_advanced(state: RunState, rank: float) -> QueuedRequest | None:
     """Return the background stream with the least output of those admitted below ``rank``."""
     victims = [
-        r
-        for r in state.running.values()
-        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank
+        r for r in state.running.values() if r.lane.yields and r.admitted_rank > rank
     ]
     return min(victims, key=lambda r: (r.output_tokens, -r.seq)) if victims else None
 
@@ -215,62 +221,37 @@ def _candidates(state: RunState, now: float) -> list[tuple[float, QueuedRequest]
     """Each lane's next request (and its oldest one, if aged), best first."""
     settings = state.settings
     aging_s = settings.aging_s
+    best_aged = len(state.urgent_lanes)
+    share_rank = _share_rank(state)
+    position = state.position
     ranked: list[tuple[float, float, int, QueuedRequest]] = []
     for lane, head, oldest in state.lane_heads(oldest=aging_s > 0):
-        ranked.append((float(lane), head.enqueued_at, head.seq, head))
-        if lane is Lane.VOICE:
+        place = position[lane]
+        ranked.append((float(place), head.enqueued_at, head.seq, head))
+        if lane.urgent:
             continue
         if oldest is not None:
             steps = int((now - oldest.enqueued_at) // aging_s)
-            rank = max(_OLDEST_AGED_RANK, lane - steps)
-            if rank < lane:
+            rank = max(best_aged, place - steps)
+            if rank < place:
                 ranked.append((float(rank), oldest.enqueued_at, oldest.seq, oldest))
         if (
-            lane is Lane.BACKGROUND
+            lane.yields
             and settings.background_share > 0
             and state.share.background_behind(now, settings.background_share)
         ):
-            ranked.append((_SHARE_RANK, head.enqueued_at, head.seq, head))
+            ranked.append((share_rank, head.enqueued_at, head.seq, head))
     ranked.sort(key=lambda item: item[:3])
     return [(rank, request) for rank, _, _, request in ranked]
 
 
-def voice_is_active(state: RunState, now: float) -> bool:
-    """Whether voice waits, streams, or has been announced (``Scheduler.prepare``)."""
-    return bool(
-        state.running_by_lane[Lane.VOICE]
-        or state.queued(Lane.VOICE)
-        or now < state.voice_expected_until
-    )
-
-
-def foreground_is_active(state: RunState, now: float) -> bool:
-    """Whether voice is active or an interactive request waits or streams."""
-    return bool(
-        voice_is_active(state, now)
-        or state.running_by_lane[Lane.INTERACTIVE]
-        or state.queued(Lane.INTERACTIVE)
-    )
-
-
-def background_limit(state: RunState, now: float) -> int | None:
-    """Return the most background streams allowed beside active foreground work (None: no limit).
-
-    ``background_with_voice`` fixes it; otherwise it is what ``batch_cost.py`` learned.
-    """
-    if not foreground_is_active(state, now):
-        return None
-    fixed = state.settings.background_with_voice
-    return fixed if fixed is not None else state.learned_background_limit
-
-
 def _over_background_limit(state: RunState, limit: int | None) -> bool:
     """Whether background already runs as many streams as it may beside foreground work."""
-    return limit is not None and state.running_by_lane[Lane.BACKGROUND] >= limit
+    return limit is not None and state.running_in(state.yielding_lanes) >= limit
 
 
 def _yield_to_foreground(
-    state: RunState, *, voice_active: bool, limit: int | None
+    state: RunState, *, urgent_active: bool, limit: int | None
 ) -> QueuedRequest | None:
     """Pick a background stream that must make way for active foreground work, if any.
 
@@ -280,10 +261,10 @@ def _yield_to_foreground(
     streams than its limit beside voice or interactive work, the least-advanced one (every
     extra sequence in the batch slows the foreground's tokens).
     """
-    background = [r for r in state.running.values() if r.lane is Lane.BACKGROUND]
+    background = [r for r in state.running.values() if r.lane.yields]
     if not background:
         return None
-    if voice_active:
+    if urgent_active:
         guard = state.settings.prefill_guard_tokens
         prefilling = [r for r in background if r.prefilling and r.prompt_tokens > guard]
         if prefilling:
@@ -309,7 +290,7 @@ def _victim(
     victims = [
         r
         for r in state.running.values()
-        if r.lane is Lane.BACKGROUND and r.admitted_rank > rank and r.prefilling
+        if r.lane.yields and r.admitted_rank > rank and r.prefilling
     ]
     others = state.prefill_in_flight - sum(r.prompt_tokens for r in victims)
     if not victims or (

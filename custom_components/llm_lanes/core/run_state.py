@@ -8,9 +8,10 @@ This is the bookkeeping the policy (``policy.py``) decides on; it decides nothin
 - the expiry heap of the waiting requests' wait limits;
 - the running requests, the slots and the prompt tokens they hold (and of those, the prompts the
   server is still prefilling);
-- the background share's sliding window of weighted service;
-- what the scheduler tells it of the near future: an announced voice command and the learned
-  limit on background streams beside foreground work.
+- the background share's sliding window of weighted service (of the yielding lanes).
+
+What the scheduler learns of the foreground (headroom, the background limit, an announced voice
+command) is kept by ``foreground.py``, not here.
 
 Cost: per-lane per-requester FIFOs, one heap of backlogged requesters per lane keyed by counter
 (stale keys re-keyed lazily, since counters only grow), lazy deletion everywhere: a departed
@@ -24,10 +25,8 @@ from collections import deque
 from dataclasses import dataclass, field
 import heapq
 
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import Lane, check_lanes
 from custom_components.llm_lanes.core.settings import SchedulerSettings
-
-_LANES = tuple(Lane)
 
 
 @dataclass(slots=True, eq=False)
@@ -63,9 +62,9 @@ class VirtualCounters:
 
     __slots__ = ("_counters",)
 
-    def __init__(self) -> None:
+    def __init__(self, lanes: tuple[Lane, ...]) -> None:
         """Start every counter at zero."""
-        self._counters: tuple[dict[str, float], ...] = tuple({} for _ in _LANES)
+        self._counters: dict[Lane, dict[str, float]] = {lane: {} for lane in lanes}
 
     def lane(self, lane: Lane) -> dict[str, float]:
         """Return the counters of one lane (mutable: the scheduler charges them per token)."""
@@ -73,7 +72,7 @@ class VirtualCounters:
 
     def total(self, requester: str) -> float:
         """Counter of a requester summed over lanes (for diagnostics)."""
-        return sum(counters.get(requester, 0.0) for counters in self._counters)
+        return sum(counters.get(requester, 0.0) for counters in self._counters.values())
 
 
 class ShareLedger:
@@ -155,11 +154,18 @@ class RunState:
     """Waiting and running requests of one server, their counters and the share ledger."""
 
     def __init__(self, settings: SchedulerSettings) -> None:
-        """Start empty."""
+        """Start empty, for the lanes ``settings`` lists (they cannot change afterwards)."""
         self.settings = settings
-        self.counters = VirtualCounters()
+        self.lanes = check_lanes(settings.lanes)
+        """The lanes, in order of service."""
+        self.position = {lane: index for index, lane in enumerate(self.lanes)}
+        """Each lane's place in that order (0 first): aging climbs these places."""
+        self.urgent_lanes = tuple(lane for lane in self.lanes if lane.urgent)
+        self.foreground_lanes = tuple(lane for lane in self.lanes if lane.foreground)
+        self.yielding_lanes = tuple(lane for lane in self.lanes if lane.yields)
+        self.counters = VirtualCounters(self.lanes)
         self.share = ShareLedger(settings.share_window_s)
-        self._lanes = tuple(_LaneQueue() for _ in _LANES)
+        self._lanes = {lane: _LaneQueue() for lane in self.lanes}
         self._arrival_order: deque[QueuedRequest] = deque()
         """Every waiting request in arrival order, resumed ones first; removal is lazy."""
         self._expiry: list[tuple[float, int, QueuedRequest]] = []
@@ -171,32 +177,23 @@ class RunState:
         self.prefill_in_flight = 0
         """Prompt tokens of the running requests the server is still prefilling (no token yet):
         what the prefill budget bounds."""
-        self.queued_by_lane = [0] * len(_LANES)
-        """Waiting requests per lane (indexed by ``Lane``)."""
-        self.running_by_lane = [0] * len(_LANES)
+        self.queued_by_lane = dict.fromkeys(self.lanes, 0)
+        """Waiting requests per lane."""
+        self.running_by_lane = dict.fromkeys(self.lanes, 0)
         self.running: dict[int, QueuedRequest] = {}
         self.started_total = 0
         self.released_total = 0
-        self.voice_expected_until = float("-inf")
-        """Until when a voice command is announced (``Scheduler.prepare``) but not arrived."""
-        self.learned_headroom = 0
-        """Slots the foreground is usually active on at once while its prompts are long (each
-        keeps its own warm copy of the prompt); the headroom is at least this."""
-        self.headroom_lendable = True
-        """Whether background may borrow the headroom while the foreground is idle: only while
-        the foreground's prompts are cheap to prefill again (a borrowed slot loses its cache)."""
-        self.learned_background_limit: int | None = None
-        """Most background streams that keep active foreground work within its bound, as learned
-        (``batch_cost.py``); None: nothing learned, or no foreground work."""
 
     # --- settings -------------------------------------------------------------------------------
 
     def update_settings(self, settings: SchedulerSettings) -> None:
         """Apply new settings; waiting requests get expiry times from the new lane limits."""
+        if check_lanes(settings.lanes) != self.lanes:
+            raise ValueError("a scheduler's lanes cannot change")
         self.settings = settings
         self.share.window_s = settings.share_window_s
         self._expiry = []
-        for queue in self._lanes:
+        for queue in self._lanes.values():
             for request in (*queue.resumed, *queue.arrivals):
                 if request.waiting:
                     self._set_expiry(request)
@@ -204,6 +201,21 @@ class RunState:
     def queued(self, lane: Lane) -> int:
         """Count the requests waiting in a lane."""
         return self.queued_by_lane[lane]
+
+    def busy(self, lanes: tuple[Lane, ...]) -> bool:
+        """Whether any of ``lanes`` has a request waiting or running."""
+        queued, running = self.queued_by_lane, self.running_by_lane
+        return any(queued[lane] or running[lane] for lane in lanes)
+
+    def running_in(self, lanes: tuple[Lane, ...]) -> int:
+        """Count the requests of ``lanes`` in flight."""
+        running = self.running_by_lane
+        return sum(running[lane] for lane in lanes)
+
+    def queued_in(self, lanes: tuple[Lane, ...]) -> int:
+        """Count the requests of ``lanes`` waiting."""
+        queued = self.queued_by_lane
+        return sum(queued[lane] for lane in lanes)
 
     # --- queue changes ----------------------------------------------------------------------------
 
@@ -304,7 +316,9 @@ class RunState:
         ``rank`` is what the policy admitted it at (its lane's when not given).
         """
         self.remove(request)
-        request.admitted_rank = float(request.lane) if rank is None else rank
+        request.admitted_rank = (
+            float(self.position[request.lane]) if rank is None else rank
+        )
         self._lanes[request.lane].last_counter = self.counters.lane(request.lane).get(
             request.requester, 0.0
         )
@@ -355,7 +369,7 @@ class RunState:
         """
         heads: list[tuple[Lane, QueuedRequest, QueuedRequest | None]] = []
         queued_by_lane = self.queued_by_lane
-        for lane in _LANES:
+        for lane in self.lanes:
             if not queued_by_lane[lane]:
                 continue
             queue = self._lanes[lane]

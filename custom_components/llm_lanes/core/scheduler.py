@@ -20,8 +20,11 @@ caller through the ticket's channel. A preempted request resumes on a later atte
 keeps reading the same channel, so it sees one seamless stream.
 
 Where the server lets clients choose the slot, every attempt is placed by ``slots.py`` (prompt
-caches kept warm). Every streamed gap feeds ``batch_cost.py``'s curve of how the batch size slows
-tokens, and before each decision the learned background limit is brought up to date.
+caches kept warm) and long background prompts are prefilled in steps (``prefill_steps.py``). What
+the scheduler learns of the foreground (``foreground.py``: the headroom it needs, an announced voice
+command, and from every streamed gap the batch-cost curve of ``batch_cost.py`` and the background
+limit it gives) is brought up to date before each decision. The settings live in one place, the
+run state (``RunState.settings``); everything else reads them there.
 
 Timing comes from ``clock``. Queue-wait limits are enforced whenever the scheduler decides (arrivals,
 releases) and by a timer; code that drives a fake clock (tests, the simulator) calls ``tick`` after
@@ -49,7 +52,7 @@ from custom_components.llm_lanes.core.errors import (
     QueueTimeoutError,
     SchedulerClosedError,
 )
-from custom_components.llm_lanes.core.foreground import ForegroundCare
+from custom_components.llm_lanes.core.foreground import Foreground
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import (
     Answer,
@@ -58,8 +61,10 @@ from custom_components.llm_lanes.core.model import (
     TokenUsage,
 )
 from custom_components.llm_lanes.core.policy import Preempt, create_policy
+from custom_components.llm_lanes.core.prefill_steps import PrefillSteps
 from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.slots import SlotPlacer
 from custom_components.llm_lanes.core.snapshot import (
     FinishedRequest,
     GenerateResult,
@@ -110,27 +115,26 @@ class Scheduler:
         timer fires on time.
         """
         self._backend = backend
-        self._settings = settings if settings is not None else SchedulerSettings()
+        settings = settings if settings is not None else SchedulerSettings()
         self._clock = clock if clock is not None else time.monotonic
         self._window_s = window_s
         self._clock_rate = clock_rate if clock_rate > 0 else 1.0
-        self._state = RunState(self._settings)
-        self._policy = create_policy(self._settings.policy)
+        self._state = RunState(settings)
+        self._policy = create_policy(settings.policy)
         self._tickets: dict[int, Ticket] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._foreground = ForegroundCare(backend, self._settings)
-        self._foreground.resize(self._state, self._settings)
+        self._foreground = Foreground(settings.max_sequences)
+        self._slots = SlotPlacer(backend)
+        self._slots.resize(settings, self._foreground.headroom.slots)
         self._accounting = Accounting(
-            self._settings,
-            self._state,
-            window_s=window_s,
-            cost_model=self._foreground.cost_model,
+            self._state, window_s=window_s, cost_model=self._foreground.cost_model
         )
         self._attempts = Attempts(
             backend=backend,
             state=self._state,
-            foreground=self._foreground,
+            slots=self._slots,
+            prefill=PrefillSteps(backend),
             accounting=self._accounting,
             clock=self._clock,
             dispatch=self._dispatch,
@@ -146,15 +150,16 @@ class Scheduler:
     @property
     def settings(self) -> SchedulerSettings:
         """The settings in force."""
-        return self._settings
+        return self._state.settings
 
     def update_settings(self, settings: SchedulerSettings) -> None:
-        """Apply new settings at once (waiting requests are re-ordered and may be admitted)."""
-        self._settings = settings
+        """Apply new settings at once (waiting requests are re-ordered and may be admitted).
+
+        The lanes stay those the scheduler was made with (ValueError otherwise).
+        """
         self._state.update_settings(settings)
-        self._accounting.update_settings(settings)
         self._policy = create_policy(settings.policy)
-        self._foreground.resize(self._state, settings)
+        self._slots.resize(settings, self._foreground.headroom.slots)
         self._dispatch()
 
     def prepare(
@@ -164,11 +169,11 @@ class Scheduler:
 
         For ``within_s`` seconds (or until the command arrives) the scheduler acts as if voice
         were waiting: long background prompts wait, background prefills and the streams beyond the
-        learned limit make way. Other lanes need no preparing.
+        learned limit make way. Only urgent lanes need preparing.
         """
-        if lane is not Lane.VOICE or self._closed:
+        if not lane.urgent or self._closed:
             return
-        self._foreground.prepare(self._state, self._clock(), within_s)
+        self._foreground.prepare(self._clock(), within_s)
         self._dispatch()
 
     @property
@@ -218,7 +223,7 @@ class Scheduler:
         """Return the scheduler's state and its sliding-window metrics as immutable values."""
         return build_snapshot(
             self._clock(),
-            settings=self._settings,
+            settings=self._state.settings,
             window_s=self._window_s,
             state=self._state,
             live=(ticket.queued for ticket in self._tickets.values()),
@@ -288,6 +293,7 @@ class Scheduler:
             self._loop = self._attempts.loop = asyncio.get_running_loop()
         now = self._clock()
         seq = next(self._seq)
+        settings = self._state.settings
         lane, requester = how["lane"], how["requester"]
         prompt = how.get("prompt_tokens")
         if prompt is None:
@@ -295,13 +301,13 @@ class Scheduler:
         max_tokens = (
             request.max_tokens
             if request.max_tokens is not None
-            else self._settings.lanes[lane].default_output_tokens
+            else settings.lanes[lane].default_output_tokens
         )
         run_lane, error = (
             (lane, SchedulerClosedError())
             if self._closed
             else admission(
-                self._settings,
+                settings,
                 self._state,
                 self._accounting.quotas,
                 lane=lane,
@@ -320,21 +326,22 @@ class Scheduler:
                 enqueued_at=now,
                 deadline_s=how.get("deadline_s"),
             ),
-            request=replace(request, max_tokens=max_tokens, priority=int(run_lane)),
+            request=replace(request, max_tokens=max_tokens, priority=run_lane.rank),
             counters=self._state.counters.lane(run_lane),
             lane_stats=self._accounting.lane_stats[run_lane],
             requester_stats=self._accounting.stats_of(requester),
             sink=sink,
-            keys=self._foreground.keys_for(request),
+            keys=self._slots.keys_for(request),
         )
         if error is not None:
             self._accounting.count_rejected(ticket)
-            limits = self._settings.lanes[run_lane]
+            limits = settings.lanes[run_lane]
             self._emit(
                 ticket.finished(now, "rejected", type(error).__name__, limits), sink
             )
             raise error
-        self._foreground.arrived(self._state, self._settings, lane, prompt)
+        if self._foreground.arrived(self._state, lane, prompt):
+            self._slots.resize(settings, self._foreground.headroom.slots)
         self._tickets[seq] = ticket
         self._state.push(ticket.queued)
         self._dispatch()
@@ -359,9 +366,10 @@ class Scheduler:
                         lane=queued.lane.key, waited_s=now - queued.enqueued_at
                     )
                 )
-            self._foreground.before_decisions(state, self._settings, now)
+            foreground = self._foreground
+            foreground.before_decisions(state, now)
             admitted: set[int] = set()
-            while (decision := self._policy.choose(state, now)) is not None:
+            while (decision := self._policy.choose(state, foreground, now)) is not None:
                 if isinstance(decision, Preempt):
                     seq = decision.victim.seq
                     if seq in admitted:
@@ -383,7 +391,7 @@ class Scheduler:
 
     def _arm_timer(self) -> None:
         when = self._state.next_expiry()
-        expected = self._state.voice_expected_until
+        expected = self._foreground.announced_until
         if expected > self._clock() and (when is None or expected < when):
             when = (
                 expected  # an announced command that did not come: let background go on
@@ -411,7 +419,7 @@ class Scheduler:
         self._attempts.leave(ticket, stop=outcome != "ok")
         del self._tickets[queued.seq]
         record = ticket.record = ticket.finished(
-            now, outcome, error, self._settings.lanes[queued.lane]
+            now, outcome, error, self._state.settings.lanes[queued.lane]
         )
         self._accounting.charge_finished(ticket, record, now)
         self._emit(record, ticket.sink)

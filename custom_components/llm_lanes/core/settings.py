@@ -81,6 +81,7 @@ class SchedulerSettings:
     lanes: dict[Lane, LaneLimits] = field(
         default_factory=lambda: dict(DEFAULT_LANE_LIMITS)
     )
+    """The lanes the scheduler runs (the household's four by default) and their limits."""
 
     def with_lane(self, lane: Lane, **changes: Any) -> SchedulerSettings:
         """Return a copy with some limits of one lane changed."""
@@ -107,7 +108,7 @@ class SchedulerSettings:
         for key, raw in values.items():
             if "." in key:
                 lane_key, limit = key.split(".", 1)
-                lane = Lane.from_key(lane_key)
+                lane = Lane.from_key(lane_key, result.lanes)
                 if not hasattr(result.lanes[lane], limit):
                     raise ValueError(f"unknown lane limit {limit!r}")
                 current = getattr(result.lanes[lane], limit)

@@ -22,11 +22,17 @@ across the whole KV cache, so nothing needs pinning there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import hashlib
+from typing import TYPE_CHECKING
 
-from custom_components.llm_lanes.core.lanes import FOREGROUND_LANES, Lane
+from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatRequest
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+
+if TYPE_CHECKING:
+    from custom_components.llm_lanes.core.ticket import Ticket
 
 CANCEL_SETTLE_S = 0.25
 """How long a slot freed by a cancellation is taken only when no other slot is free."""
@@ -197,11 +203,13 @@ class SlotTable:
             and cached.stable == keys.stable
         )
         reserved = index < self._reserved
-        foreground = lane in FOREGROUND_LANES
+        foreground = lane.foreground
         # A slot whose cache a foreground request left is worth keeping; background and
         # automation take it last.
-        keeps_foreground = slot.lane in FOREGROUND_LANES and not (
-            conversation or stable
+        keeps_foreground = (
+            slot.lane is not None
+            and slot.lane.foreground
+            and not (conversation or stable)
         )
         if foreground:
             return (
@@ -220,3 +228,54 @@ class SlotTable:
             int(settled),
             int(not keeps_foreground),
         )
+
+
+class SlotPlacer:
+    """Places a scheduler's attempts on the server's slots, where the server lets clients choose.
+
+    Where it does not (``Backend.chooses_slots`` false, or the slot count unknown) it places
+    nothing and requests go as they are.
+    """
+
+    __slots__ = ("_backend", "table")
+
+    def __init__(self, backend: Backend) -> None:
+        """Place on ``backend``'s slots once ``resize`` knows how many there are."""
+        self._backend = backend
+        self.table: SlotTable | None = None
+
+    def resize(self, settings: SchedulerSettings, learned_headroom: int) -> None:
+        """Follow the settings and the headroom learned: the slots used and those reserved."""
+        slots = settings.server_slots
+        if not self._backend.chooses_slots or not slots:
+            self.table = None
+            return
+        used = min(slots, max(settings.max_sequences, 1))
+        headroom = max(settings.headroom, learned_headroom)
+        reserved = max(1, min(headroom, used - 1)) if used > 1 else 0
+        if self.table is None:
+            self.table = SlotTable(used, reserved)
+        else:
+            self.table.resize(used, reserved)
+
+    def keys_for(self, request: ChatRequest) -> PrefixKeys | None:
+        """Return what the slot table matches a request by (None: the server places it)."""
+        return prefix_keys(request) if self.table is not None else None
+
+    def place(self, ticket: Ticket, request: ChatRequest, now: float) -> ChatRequest:
+        """Put an attempt on its slot (where the server lets us choose)."""
+        if self.table is None or ticket.keys is None:
+            return request
+        queued = ticket.queued
+        slot = self.table.assign(
+            queued.seq, queued.lane, ticket.keys, previous=ticket.slot, now=now
+        )
+        if slot is None:
+            return request
+        ticket.slot = slot
+        return replace(request, slot=slot)
+
+    def free(self, ticket: Ticket, now: float, *, cancelled: bool) -> None:
+        """Give back the slot an attempt held."""
+        if self.table is not None:
+            self.table.release(ticket.queued.seq, now, cancelled=cancelled)

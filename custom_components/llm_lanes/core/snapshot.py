@@ -164,7 +164,7 @@ def build_snapshot(
     finished = good = 0
     finished_total = rejected_total = preemptions_total = 0
     output_rate = prompt_rate = 0.0
-    for lane in Lane:
+    for lane in state.lanes:
         stats = lane_stats[lane]
         view = stats.view(now, window_s)
         finished += view.finished_in_window

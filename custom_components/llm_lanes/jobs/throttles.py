@@ -13,13 +13,13 @@ from datetime import datetime, time, timedelta
 from typing import Final
 
 from custom_components.llm_lanes.const import DEFAULT_NIGHTLY_END, DEFAULT_NIGHTLY_START
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.core.snapshot import SchedulerSnapshot
 from custom_components.llm_lanes.jobs.model import Job, WaitReason
 from custom_components.llm_lanes.jobs.store import LedgerData
 
-QUIET_LANES: Final = (Lane.VOICE, Lane.INTERACTIVE)
-"""Lanes whose requests keep new jobs from starting."""
+QUIET_LANES: Final = tuple(lane for lane in LANES if lane.foreground)
+"""Lanes whose requests keep new jobs from starting: those people wait on."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

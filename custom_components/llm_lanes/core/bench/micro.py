@@ -25,7 +25,8 @@ import sys
 import time
 
 from custom_components.llm_lanes.core.accounting import Accounting
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.foreground import Foreground
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.policy import Admit, create_policy
 from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
@@ -46,8 +47,9 @@ def bench_choose(
     rng = random.Random(seed)
     settings = SchedulerSettings(max_sequences=4, headroom=1, aging_s=30.0)
     state = RunState(settings)
+    foreground = Foreground(settings.max_sequences)
     policy = create_policy(Policy.LANES)
-    lanes = tuple(Lane)
+    lanes = LANES
     names = [f"user{index}" for index in range(requesters)]
     start = 1000.0
     seq = 0
@@ -69,7 +71,7 @@ def bench_choose(
     timings: list[float] = []
     for _ in range(iterations):
         before = time.perf_counter_ns()
-        decision = policy.choose(state, now)
+        decision = policy.choose(state, foreground, now)
         after = time.perf_counter_ns()
         timings.append((after - before) / 1000)
         assert isinstance(decision, Admit)
@@ -77,9 +79,7 @@ def bench_choose(
         state.start(request)
         counters = state.counters.lane(request.lane)
         counters[request.requester] += request.prompt_tokens + 2 * rng.randint(1, 400)
-        state.share.add(
-            now, request.prompt_tokens, background=request.lane is Lane.BACKGROUND
-        )
+        state.share.add(now, request.prompt_tokens, background=request.lane.yields)
         state.release(request)
         now += 0.001
         state.push(new_request(now))
@@ -93,7 +93,7 @@ def bench_token(batches: int) -> list[float]:
     """
     settings = SchedulerSettings()
     state = RunState(settings)
-    accounting = Accounting(settings, state, window_s=DEFAULT_WINDOW_S)
+    accounting = Accounting(state, window_s=DEFAULT_WINDOW_S)
     now = 1000.0
     queued = QueuedRequest(
         seq=1,

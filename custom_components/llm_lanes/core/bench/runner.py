@@ -35,6 +35,7 @@ from custom_components.llm_lanes.core.errors import (
     SchedulerError,
     ServerBusyError,
 )
+from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
@@ -203,8 +204,8 @@ class _Run:
         self.kv_use_max: float | None = None
         self._start = time.monotonic()
         self._scheduler: Scheduler | None = None
-        self._owner: dict[tuple[int, str], str] = {
-            (int(cls.lane), requester): cls.name
+        self._owner: dict[tuple[Lane, str], str] = {
+            (cls.lane, requester): cls.name
             for cls in scenario.classes
             for requester in cls.requesters
         }
@@ -312,7 +313,7 @@ class _Run:
         return self._classes[class_name].shared_prefix_tokens
 
     def _on_finished(self, finished: FinishedRequest) -> None:
-        owner = self._owner.get((int(finished.lane), finished.requester))
+        owner = self._owner.get((finished.lane, finished.requester))
         if owner is None:
             # Demoted by a quota: find the class by requester alone.
             owner = next(

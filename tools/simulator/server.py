@@ -4,22 +4,18 @@ It speaks the OpenAI-compatible API (``/v1/chat/completions`` with SSE and usage
 and either llama.cpp's own endpoints (``/props``, ``/health``, ``/slots``, ``/metrics`` in
 llama.cpp's Prometheus format; the default, so the backend detection sees a llama-server) or
 Ollama's (``/api/chat`` NDJSON, ``/api/tags``, ``/api/ps``, ``/api/version``, ``/api/show``) with
-``kind="ollama"``. Timing comes from :mod:`.sim_engine`, answers from :mod:`.sim_answers`.
+``kind="ollama"``. Timing comes from :mod:`tools.simulator.engine`, answers from
+:mod:`tools.simulator.answers`.
 
     async with SimulatedServer(SimConfig(slots=4, speed=10)) as sim:
         url = sim.url
 
-Command line (``scripts/develop`` uses it)::
-
-    python -m custom_components.llm_lanes.core.bench.simulator --port 11434 --slots 4 --speed 1
+Its command line is ``python -m tools.simulator`` (``tools/simulator/__main__.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 import json
 import logging
@@ -30,7 +26,7 @@ import uuid
 
 from aiohttp import web
 
-from custom_components.llm_lanes.core.bench.sim_answers import (
+from tools.simulator.answers import (
     AnswerPlan,
     SimMessage,
     SimTool,
@@ -39,11 +35,7 @@ from custom_components.llm_lanes.core.bench.sim_answers import (
     plan_answer,
     render_prompt,
 )
-from custom_components.llm_lanes.core.bench.sim_engine import (
-    Engine,
-    EngineCosts,
-    Sequence,
-)
+from tools.simulator.engine import Engine, EngineCosts, Sequence
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -739,102 +731,3 @@ def _parse_ollama(body: dict[str, Any]) -> _ParsedChat:
         include_usage=True,
         model=str(body.get("model") or ""),
     )
-
-
-# --- command line -----------------------------------------------------------------------------
-
-
-def add_sim_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """Add the options that shape a simulated server: ``--<prefix>kind``, ``--<prefix>slots`` ..."""
-    defaults = SimConfig()
-    option = f"--{prefix}"
-    parser.add_argument(
-        f"{option}kind", choices=["llama_cpp", "ollama"], default=defaults.kind
-    )
-    parser.add_argument(f"{option}slots", type=int, default=defaults.slots)
-    parser.add_argument(
-        f"{option}speed", type=float, default=defaults.speed,
-        help="simulated time runs this much faster",
-    )  # fmt: skip
-    parser.add_argument(f"{option}seed", type=int, default=defaults.seed)
-    parser.add_argument(
-        f"{option}kv-capacity", type=int, default=defaults.kv_capacity_tokens
-    )
-    parser.add_argument(
-        f"{option}prefill-chunk", type=int, default=defaults.prefill_chunk_tokens,
-        help="prompt tokens per iteration; 0 for unlimited",
-    )  # fmt: skip
-
-
-def sim_config(args: argparse.Namespace, prefix: str = "", **others: Any) -> SimConfig:
-    """Build the ``SimConfig`` the options of ``add_sim_options`` describe (plus ``others``)."""
-    name = prefix.replace("-", "_")
-
-    def value(key: str) -> Any:
-        return getattr(args, f"{name}{key}")
-
-    return SimConfig(
-        kind=value("kind"),
-        slots=value("slots"),
-        speed=value("speed"),
-        seed=value("seed"),
-        kv_capacity_tokens=value("kv_capacity"),
-        prefill_chunk_tokens=value("prefill_chunk") or None,
-        **others,
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of the simulator's command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m custom_components.llm_lanes.core.bench.simulator",
-        description="Run a simulated LLM server (llama.cpp-like by default, or Ollama).",
-    )
-    defaults = SimConfig()
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--model", default=defaults.model)
-    add_sim_options(parser)
-    parser.add_argument("--max-queue", type=int, default=None)
-    return parser
-
-
-def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """Turn parsed options into a ``SimConfig``."""
-    return sim_config(
-        args,
-        model=args.model,
-        max_queue=args.max_queue,
-        host=args.host,
-        port=args.port,
-    )
-
-
-async def serve_forever(
-    config: SimConfig, ready: Callable[[str], Awaitable[None]] | None = None
-) -> None:
-    """Run the server until cancelled."""
-    async with SimulatedServer(config) as sim:
-        if ready is not None:
-            await ready(sim.url)
-        await asyncio.Event().wait()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point."""
-    args = build_parser().parse_args(argv)
-    config = config_from_args(args)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    async def announce(url: str) -> None:
-        _LOGGER.info(
-            "simulated %s server (%d slots, speed %g, model %s) listening on %s",
-            config.kind, config.slots, config.speed, config.model, url,
-        )  # fmt: skip
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(config, announce))
-
-
-if __name__ == "__main__":
-    main()

@@ -86,6 +86,90 @@ class _ParsedChat:
     """llama.cpp's ``id_slot`` (-1 or absent: the server picks)."""
 
 
+@dataclass(slots=True)
+class _OpenAIAnswer:
+    """One chat completion under way: the OpenAI-format pieces of its answer.
+
+    Usage and timings read the sequence's cached prompt tokens when called, so they say what the
+    engine found once the answer has run.
+    """
+
+    chat: _ParsedChat
+    prompt_tokens: int
+    plan: AnswerPlan
+    seq: Sequence
+    completion_id: str = field(
+        default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    )
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        """Return one ``chat.completion.chunk`` event."""
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.chat.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    def completion(self, text: str) -> dict[str, Any]:
+        """Return the whole ``chat.completion`` of a request that did not stream."""
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls := self.tool_calls():
+            message["tool_calls"] = [
+                {k: v for k, v in call.items() if k != "index"} for call in tool_calls
+            ]
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.chat.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": self.plan.finish_reason,
+                }
+            ],
+            "usage": self.usage(),
+            "timings": self.timings(),
+        }
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Return the planned tool calls as the stream's ``tool_calls`` delta (with their index)."""
+        return [
+            {
+                "index": i,
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments),
+                },
+            }
+            for i, call in enumerate(self.plan.tool_calls)
+        ]
+
+    def usage(self) -> dict[str, Any]:
+        """Return the OpenAI ``usage`` object (cached prompt tokens included)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": len(self.plan.pieces),
+            "total_tokens": self.prompt_tokens + len(self.plan.pieces),
+            "prompt_tokens_details": {"cached_tokens": self.seq.cached_prompt_tokens},
+        }
+
+    def timings(self) -> dict[str, Any]:
+        """Return llama-server's ``timings`` object (prompt tokens from cache and evaluated)."""
+        cached = self.seq.cached_prompt_tokens
+        return {
+            "cache_n": cached,
+            "prompt_n": self.prompt_tokens - cached,
+            "predicted_n": len(self.plan.pieces),
+        }
+
+
 class SimulatedServer:
     """The aiohttp application plus its engine; an async context manager."""
 
@@ -338,74 +422,18 @@ class SimulatedServer:
                 openai=True,
             )
         plan = self._plan(chat, prompt_tokens)
-        seq = self._submit(chat, prompt_tokens, plan)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-
-        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            return {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": chat.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-
-        def usage() -> dict[str, Any]:
-            cached = seq.cached_prompt_tokens
-            return {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": len(plan.pieces),
-                "total_tokens": prompt_tokens + len(plan.pieces),
-                "prompt_tokens_details": {"cached_tokens": cached},
-            }
-
-        def timings() -> dict[str, Any]:
-            cached = seq.cached_prompt_tokens
-            return {
-                "cache_n": cached,
-                "prompt_n": prompt_tokens - cached,
-                "predicted_n": len(plan.pieces),
-            }
-
-        tool_calls = [
-            {
-                "index": i,
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": json.dumps(call.arguments),
-                },
-            }
-            for i, call in enumerate(plan.tool_calls)
-        ]
+        answer = _OpenAIAnswer(
+            chat, prompt_tokens, plan, self._submit(chat, prompt_tokens, plan)
+        )
         if not chat.stream:
-            text = "".join([piece async for piece in self._run(seq, plan)])
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            if tool_calls:
-                message["tool_calls"] = [
-                    {k: v for k, v in call.items() if k != "index"}
-                    for call in tool_calls
-                ]
-            return web.json_response(
-                {
-                    "id": completion_id,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": chat.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": message,
-                            "finish_reason": plan.finish_reason,
-                        }
-                    ],
-                    "usage": usage(),
-                    "timings": timings(),
-                }
-            )
+            text = "".join([piece async for piece in self._run(answer.seq, plan)])
+            return web.json_response(answer.completion(text))
+        return await self._openai_stream(request, answer)
 
+    async def _openai_stream(
+        self, request: web.Request, answer: _OpenAIAnswer
+    ) -> web.StreamResponse:
+        """Stream an answer as server-sent events, as llama-server does (timings, usage, [DONE])."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
 
@@ -414,20 +442,20 @@ class SimulatedServer:
             await response.write(f"data: {data}\n\n".encode())
 
         try:
-            await send(chunk({"role": "assistant", "content": None}, None))
-            async for piece in self._run(seq, plan):
+            await send(answer.chunk({"role": "assistant", "content": None}, None))
+            async for piece in self._run(answer.seq, answer.plan):
                 if piece:
-                    await send(chunk({"content": piece}, None))
-            if tool_calls:
-                await send(chunk({"tool_calls": tool_calls}, None))
-            last = chunk({}, plan.finish_reason)
+                    await send(answer.chunk({"content": piece}, None))
+            if tool_calls := answer.tool_calls():
+                await send(answer.chunk({"tool_calls": tool_calls}, None))
+            last = answer.chunk({}, answer.plan.finish_reason)
             if self.config.kind == "llama_cpp":
-                last["timings"] = timings()
+                last["timings"] = answer.timings()
             await send(last)
-            if chat.include_usage:
-                final = chunk({}, None)
+            if answer.chat.include_usage:
+                final = answer.chunk({}, None)
                 final["choices"] = []
-                final["usage"] = usage()
+                final["usage"] = answer.usage()
                 await send(final)
             await send("[DONE]")
             await response.write_eof()

@@ -26,7 +26,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entries import async_set_up, server_entry
 

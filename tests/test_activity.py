@@ -14,8 +14,8 @@ from pytest_homeassistant_custom_component.common import (
 
 from custom_components.llm_lanes.const import EVENT_REQUEST_FINISHED
 from custom_components.llm_lanes.coordinator import REFRESH_COOLDOWN_S
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
+from tools.simulator.server import SimConfig
 
 from .support.entities import async_flush_snapshots, state_of
 from .support.requests import async_generate, async_wait_for, chat

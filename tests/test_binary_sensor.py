@@ -9,7 +9,7 @@ from homeassistant.const import ATTR_DEVICE_CLASS, STATE_OFF, STATE_ON
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
+from tools.simulator.server import SimulatedServer
 
 from .support.entities import entity_id_for, state_of
 

@@ -31,7 +31,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.llamacpp import free_port
 

@@ -14,7 +14,7 @@ from homeassistant.data_entry_flow import FlowResultType
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entries import server_entry
 from .support.llamacpp import free_port

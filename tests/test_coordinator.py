@@ -22,7 +22,7 @@ from custom_components.llm_lanes.coordinator import (
     WARM_UP_RETRY_INTERVAL,
     ServerCoordinator,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entries import MODEL, async_set_up, server_entry
 

@@ -18,12 +18,12 @@ from custom_components.llm_lanes.const import (
     OPT_MAX_SEQUENCES,
     OPT_POLICY,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.settings import Policy
 from custom_components.llm_lanes.jobs.store import storage_key
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entities import async_set_options
 from .support.requests import async_call_action

@@ -19,11 +19,11 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.jobs.model import JobStatus
 from custom_components.llm_lanes.jobs.store import storage_key
+from tools.simulator.server import SimConfig
 
 from .support.requests import async_call_action
 

@@ -9,7 +9,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
+from tools.simulator.server import SimConfig
 
 from .support.entities import async_call_entity_action, async_set_options, state_of
 

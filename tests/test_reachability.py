@@ -29,12 +29,12 @@ from pytest_homeassistant_custom_component.common import (
 
 from custom_components.llm_lanes.const import SERVER_POLL_INTERVAL
 from custom_components.llm_lanes.coordinator import DOWN_POLL_INTERVAL
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from custom_components.llm_lanes.core.errors import StreamClosedError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.jobs.model import JobStatus
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer
+from tools.simulator.server import SimulatedServer
 
 from .support.entities import state_of
 from .support.entries import async_set_up, server_entry

@@ -18,11 +18,11 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.repairs import (
     model_missing_issue_id,
     unreachable_issue_id,
 )
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.llamacpp import free_port
 

@@ -12,7 +12,7 @@ from homeassistant.data_entry_flow import FlowResultType
 import pytest
 
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.scripts import load_script
 

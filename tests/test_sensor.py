@@ -29,9 +29,9 @@ from pytest_homeassistant_custom_component.common import (
 
 from custom_components.llm_lanes import sensor as sensor_module
 from custom_components.llm_lanes.const import DOMAIN, OPT_HEADROOM, OPT_MAX_SEQUENCES
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.sensor import ACTIVITY_SENSORS
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entities import (
     async_flush_snapshots,

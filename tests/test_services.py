@@ -25,12 +25,12 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.bench.workload import SCENARIO_DIR
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entities import async_call_entity_action, async_set_options
 from .support.entries import async_set_up, server_entry

@@ -35,10 +35,10 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, MockUser
 
 from custom_components.llm_lanes.const import DOMAIN, OPT_NIGHTLY_END, OPT_NIGHTLY_START
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from custom_components.llm_lanes.jobs.store import storage_key
 from custom_components.llm_lanes.service_schemas import BUILTIN_SCENARIOS
 from custom_components.llm_lanes.services import ACTIONS
+from tools.simulator.server import SimulatedServer
 
 from .support.entities import async_call_entity_action, async_set_options
 from .support.requests import async_call_action

@@ -18,9 +18,9 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.jobs.manager import JobManager
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entities import async_set_options
 from .support.requests import async_call_action

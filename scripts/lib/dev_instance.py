@@ -109,7 +109,7 @@ class DevInstance:
         say(f"simulated LLM server on {self.sim_url} ({self.sim_slots} slots)")
         with (self.config_dir / "simulator.log").open("wb") as sim_log:
             self._spawn(
-                "custom_components.llm_lanes.core.bench.simulator",
+                "tools.simulator",
                 *("--port", str(self.sim_port), "--slots", str(self.sim_slots)),
                 *("--speed", str(self.sim_speed)),
                 stdout=sim_log,

@@ -7,7 +7,7 @@ server advice).
 
 For each pair of flags a fresh server starts (4 slots, 4,096 tokens each, 2 threads); a
 voice-sized request's time to first token is measured alone and while a ~3,000-token prompt is
-being prefilled (``core/bench/prefill_delay.py``).
+being prefilled (``tools/bench/prefill_delay.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from custom_components.llm_lanes.core.backends.detect import connect  # noqa: E402
-from custom_components.llm_lanes.core.bench.prefill_delay import measure_prefill_delay  # noqa: E402
 from tests.support.llamacpp import LlamaServer  # noqa: E402
+from tools.bench.prefill_delay import measure_prefill_delay  # noqa: E402
 
 FLAGS = (
     ("2048", "512"),  # llama.cpp's defaults

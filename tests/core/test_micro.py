@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from custom_components.llm_lanes.core.bench import micro
+from tools.bench import micro
 
 
 def test_micro_prints_both_operations(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,13 +8,13 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.detect import connect
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.prefill_steps import DEFAULT_STEP_TOKENS
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import GenerateResult
+from tools.simulator.server import SimConfig, SimulatedServer
 
 pytestmark = pytest.mark.usefixtures("socket_enabled")
 

@@ -23,13 +23,13 @@ import openai
 import pytest
 
 from custom_components.llm_lanes.const import CONF_LANE, DOMAIN, SUBENTRY_CLIENT
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.gateway.clients import (
     OLLAMA_PATH,
     OPENAI_PATH,
     new_api_key,
 )
 from custom_components.llm_lanes.requesters import client_requester
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .sim import GatewaySim
 

@@ -32,12 +32,12 @@ from custom_components.llm_lanes.const import (
     OPT_MAX_SEQUENCES,
     OPT_PREFILL_BUDGET,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.metrics import percentile
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from tests.support.entities import async_set_options
 from tests.support.entries import MODEL
+from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 

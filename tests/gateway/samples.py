@@ -13,7 +13,7 @@ from tests.support.entries import MODEL
 
 HELLO: list[Any] = [{"role": "user", "content": "Hello"}]
 TURN_ON: list[Any] = [{"role": "user", "content": 'HassTurnOn name="Kitchen light"'}]
-"""Asks the simulated model to call ``HassTurnOn`` (see ``core.bench.sim_answers``)."""
+"""Asks the simulated model to call ``HassTurnOn`` (see ``tools.simulator.answers``)."""
 LIGHTS: dict[str, Any] = {
     "type": "function",
     "function": {

@@ -1,6 +1,6 @@
 """The simulated server, plus the endpoints the gateway uses beyond chat.
 
-``core.bench.simulator`` serves chat only. For the gateway's raw completions and embeddings, this
+``tools.simulator.server`` serves chat only. For the gateway's raw completions and embeddings, this
 subclass adds ``/v1/completions`` and ``/v1/embeddings`` (llama.cpp kind) or ``/api/generate``
 (``raw``) and ``/api/embed`` (Ollama kind), run through the same engine (slots, timing,
 cancellation). An embedding is a deterministic vector of the text, so a test can check that each
@@ -16,12 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
-from custom_components.llm_lanes.core.bench.sim_answers import (
-    SimMessage,
-    count_prompt_tokens,
-    plan_answer,
-)
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
+from tools.simulator.answers import SimMessage, count_prompt_tokens, plan_answer
+from tools.simulator.server import SimulatedServer
 
 DIMENSIONS = 8
 

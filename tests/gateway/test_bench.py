@@ -16,11 +16,11 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect
-from custom_components.llm_lanes.core.bench.__main__ import _run, build_parser
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
+from tools.bench.__main__ import _run, build_parser
+from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 

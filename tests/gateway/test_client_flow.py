@@ -27,7 +27,6 @@ from custom_components.llm_lanes.const import (
     CONF_ROTATE_KEY,
     SUBENTRY_CLIENT,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.requesters import (
     async_requester_name,
@@ -35,6 +34,7 @@ from custom_components.llm_lanes.requesters import (
 )
 from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
+from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 from .samples import HELLO

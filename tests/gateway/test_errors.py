@@ -25,12 +25,12 @@ from custom_components.llm_lanes.const import (
     OPT_QUOTA_ACTION,
     SUBENTRY_CLIENT,
 )
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.gateway.relay import MAX_BODY_BYTES
 from tests.support.entities import async_set_options
 from tests.support.entries import MODEL, async_set_up, server_entry
 from tests.support.llamacpp import free_port
 from tests.support.requests import async_wait_for, finished_requests
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .conftest import LOGIN_THRESHOLD, Gateway
 from .samples import HELLO, long_stream

@@ -10,11 +10,11 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import OPT_MAX_SEQUENCES
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
 from custom_components.llm_lanes.core.lanes import Lane
 from tests.support.entities import async_set_options
 from tests.support.entries import MODEL
 from tests.support.requests import async_wait_for, finished_requests
+from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 

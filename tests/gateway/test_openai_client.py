@@ -7,10 +7,10 @@ import json
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from custom_components.llm_lanes.core.lanes import Lane
 from tests.support.entries import MODEL
 from tests.support.requests import finished_requests
+from tools.simulator.server import SimulatedServer
 
 from .conftest import Gateway
 from .samples import LIGHTS, TURN_ON, delta_texts

@@ -7,8 +7,8 @@ import json
 import aiohttp
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.core.bench.simulator import SimulatedServer
 from tests.support.entries import MODEL
+from tools.simulator.server import SimulatedServer
 
 from .conftest import Gateway
 from .samples import ROOM

@@ -10,7 +10,7 @@ from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
-from custom_components.llm_lanes.core.bench.simulator import SimConfig
+from tools.simulator.server import SimConfig
 
 MODEL = SimConfig().model
 

@@ -16,8 +16,8 @@ from custom_components.llm_lanes.core.backends.detect import (
 )
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import AuthError, BackendConnectionError
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .conftest import FakeServer, Handler, json_handler, text_handler
 

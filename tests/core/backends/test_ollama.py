@@ -14,7 +14,6 @@ import pytest
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import ModelNotFoundError
 from custom_components.llm_lanes.core.model import (
     ChatMessage,
@@ -23,6 +22,7 @@ from custom_components.llm_lanes.core.model import (
     ToolCall,
     ToolSpec,
 )
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .conftest import FakeServer, Handler, fixture_text, json_handler, lines_handler
 

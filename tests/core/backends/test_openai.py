@@ -16,7 +16,6 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.errors import (
     BackendHTTPError,
     MalformedStreamError,
@@ -27,6 +26,7 @@ from custom_components.llm_lanes.core.model import (
     StreamChunk,
     ToolCall,
 )
+from tools.simulator.server import SimConfig, SimulatedServer
 
 from .conftest import (
     FakeServer,

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
+from tools.simulator.server import SimConfig, SimulatedServer
 
 
 @pytest.fixture(autouse=True)

@@ -13,11 +13,6 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.detect import connect
-from custom_components.llm_lanes.core.bench.__main__ import (
-    compare,
-    comparison_markdown,
-    main,
-)
 from custom_components.llm_lanes.core.bench.calibrate import calibrate
 from custom_components.llm_lanes.core.bench.report import build_report
 from custom_components.llm_lanes.core.bench.runner import (
@@ -26,8 +21,6 @@ from custom_components.llm_lanes.core.bench.runner import (
     describe_server,
     run_scenario,
 )
-from custom_components.llm_lanes.core.bench.sim_engine import EngineCosts
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.bench.sweep import (
     SweepRow,
     mark_frontier,
@@ -40,6 +33,9 @@ from custom_components.llm_lanes.core.bench.workload import (
     plan_open_requests,
 )
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from tools.bench.__main__ import compare, comparison_markdown, main
+from tools.simulator.engine import EngineCosts
+from tools.simulator.server import SimConfig, SimulatedServer
 
 StartSim = Callable[[SimConfig], Awaitable[SimulatedServer]]
 

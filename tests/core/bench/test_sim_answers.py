@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from custom_components.llm_lanes.core.bench.sim_answers import (
+from tools.simulator.answers import (
     SimMessage,
     SimTool,
     count_prompt_tokens,

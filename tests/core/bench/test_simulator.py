@@ -12,10 +12,10 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect, detect_server_kind
-from custom_components.llm_lanes.core.bench.prefill_delay import measure_prefill_delay
-from custom_components.llm_lanes.core.bench.sim_engine import Engine, EngineCosts
-from custom_components.llm_lanes.core.bench.simulator import SimConfig, SimulatedServer
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from tools.bench.prefill_delay import measure_prefill_delay
+from tools.simulator.engine import Engine, EngineCosts
+from tools.simulator.server import SimConfig, SimulatedServer
 
 StartSim = Callable[[SimConfig], Awaitable[SimulatedServer]]
 FAST = 200.0

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from custom_components.llm_lanes.core.bench.sim_answers import count_text_tokens
 from custom_components.llm_lanes.core.bench.workload import (
     Arrival,
     ScenarioError,
@@ -22,6 +21,7 @@ from custom_components.llm_lanes.core.bench.workload import (
     prompt_text,
 )
 from custom_components.llm_lanes.core.lanes import Lane
+from tools.simulator.answers import count_text_tokens
 
 VALID: dict[str, Any] = {
     "name": "test",

@@ -39,6 +39,7 @@ from custom_components.llm_lanes.core.bench.fairness import fairness
 from custom_components.llm_lanes.core.bench.runner import RequestRecord, RunResult
 from custom_components.llm_lanes.core.bench.workload import RequestClass
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.snapshot import FinishedRequest
 
 CLASS_FIELDS = (
     "count", "finished", "rejected", "preempted",
@@ -105,67 +106,24 @@ def objective_misses(result: RunResult, class_name: str) -> tuple[int, int, int]
 
 
 def build_report(result: RunResult) -> dict[str, Any]:
-    """Build the report.json object of one run."""
+    """Build the report.json object of one run (the measured window: after warm-up, to the end)."""
     scenario = result.scenario
     window = scenario.duration_s - scenario.warmup_s
     measured = [r for r in result.records if r.sent_at >= scenario.warmup_s]
-    finished_by_class: dict[str, list[Any]] = defaultdict(list)
+    scheduled: dict[str, list[FinishedRequest]] = defaultdict(list)
     for owner, finished in result.finished:
-        finished_by_class[owner].append(finished)
-
+        scheduled[owner].append(finished)
     classes: dict[str, dict[str, Any]] = {}
     good_total = 0
     for cls in scenario.classes:
-        records = [r for r in measured if r.class_name == cls.name]
-        ok = [r for r in records if r.outcome == "ok"]
-        good = [r for r in ok if meets_objectives(r, cls)]
-        good_total += len(good)
-        ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-        gaps = [gap for r in ok for gap in r.gaps]
-        e2es = [r.e2e_s for r in ok if r.e2e_s is not None]
-        sched = finished_by_class.get(cls.name, [])
-        waits = [f.queue_wait_s for f in sched]
-        classes[cls.name] = {
-            "count": len(records),
-            "finished": len(ok),
-            "rejected": sum(1 for r in records if r.outcome == "rejected"),
-            "preempted": sum(1 for f in sched if f.preemptions > 0),
-            "ttft_p50": percentile(ttfts, 50),
-            "ttft_p90": percentile(ttfts, 90),
-            "ttft_p95": percentile(ttfts, 95),
-            "ttft_p99": percentile(ttfts, 99),
-            "itl_p50": percentile(gaps, 50),
-            "itl_p95": percentile(gaps, 95),
-            "itl_p99": percentile(gaps, 99),
-            "itl_max": max(gaps) if gaps else None,
-            "e2e_p50": percentile(e2es, 50),
-            "e2e_p95": percentile(e2es, 95),
-            "queue_wait_p95": percentile(waits, 95)
-            if result.policy != "direct"
-            else None,
-            "prompt_tokens": sum(r.prompt_tokens for r in ok),
-            **_cache_use(ok),
-            "output_tokens": sum(r.output_tokens for r in ok),
-            "goodput": len(good) / len(ok) if ok else None,
-            "good_per_s": len(good) / window,
-            "output_tok_s": _tokens_in_window(
-                (r for r in result.records if r.class_name == cls.name),
-                scenario.warmup_s,
-                scenario.duration_s,
-            )
-            / window,
-        }
-
+        classes[cls.name], good = _class_report(
+            result, cls, measured, scheduled.get(cls.name, []), window
+        )
+        good_total += good
     output_tokens = _tokens_in_window(
         result.records, scenario.warmup_s, scenario.duration_s
     )
-    prompt_tokens = 0
-    for record in result.records:
-        if (
-            record.token_times
-            and scenario.warmup_s <= record.token_times[0] <= scenario.duration_s
-        ):
-            prompt_tokens += record.prompt_tokens
+    prompt_tokens = _prompt_tokens_in_window(result)
     # Requests cut off by the end of the run (closed loops, the drain limit) are neither good nor bad.
     counted = [r for r in measured if r.outcome != "cancelled"]
     served = fairness(
@@ -196,6 +154,74 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "goodput": good_total / len(counted) if counted else None,
         "good_per_s": good_total / window,
     }
+
+
+def _class_report(
+    result: RunResult,
+    cls: RequestClass,
+    measured: Sequence[RequestRecord],
+    scheduled: Sequence[FinishedRequest],
+    window: float,
+) -> tuple[dict[str, Any], int]:
+    """Return one class's figures (``CLASS_FIELDS`` and its tokens/s) and its good requests.
+
+    ``measured`` are the run's requests sent after warm-up, ``scheduled`` what the scheduler
+    reported of the class's requests (queue waits, preemptions), ``window`` the measured seconds.
+    """
+    scenario = result.scenario
+    records = [r for r in measured if r.class_name == cls.name]
+    ok = [r for r in records if r.outcome == "ok"]
+    good = [r for r in ok if meets_objectives(r, cls)]
+    waits = [f.queue_wait_s for f in scheduled]
+    stats = {
+        "count": len(records),
+        "finished": len(ok),
+        "rejected": sum(1 for r in records if r.outcome == "rejected"),
+        "preempted": sum(1 for f in scheduled if f.preemptions > 0),
+        **_latencies(ok),
+        "queue_wait_p95": percentile(waits, 95) if result.policy != "direct" else None,
+        "prompt_tokens": sum(r.prompt_tokens for r in ok),
+        **_cache_use(ok),
+        "output_tokens": sum(r.output_tokens for r in ok),
+        "goodput": len(good) / len(ok) if ok else None,
+        "good_per_s": len(good) / window,
+        "output_tok_s": _tokens_in_window(
+            (r for r in result.records if r.class_name == cls.name),
+            scenario.warmup_s,
+            scenario.duration_s,
+        )
+        / window,
+    }
+    return stats, len(good)
+
+
+def _latencies(ok: Sequence[RequestRecord]) -> dict[str, float | None]:
+    """Return the TTFT, inter-token and end-to-end percentiles of the requests that finished."""
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    gaps = [gap for r in ok for gap in r.gaps]
+    e2es = [r.e2e_s for r in ok if r.e2e_s is not None]
+    return {
+        "ttft_p50": percentile(ttfts, 50),
+        "ttft_p90": percentile(ttfts, 90),
+        "ttft_p95": percentile(ttfts, 95),
+        "ttft_p99": percentile(ttfts, 99),
+        "itl_p50": percentile(gaps, 50),
+        "itl_p95": percentile(gaps, 95),
+        "itl_p99": percentile(gaps, 99),
+        "itl_max": max(gaps) if gaps else None,
+        "e2e_p50": percentile(e2es, 50),
+        "e2e_p95": percentile(e2es, 95),
+    }
+
+
+def _prompt_tokens_in_window(result: RunResult) -> int:
+    """Return the prompt tokens of the requests whose first token came in the measured window."""
+    start, end = result.scenario.warmup_s, result.scenario.duration_s
+    return sum(
+        record.prompt_tokens
+        for record in result.records
+        if record.token_times and start <= record.token_times[0] <= end
+    )
 
 
 def _tokens_in_window(

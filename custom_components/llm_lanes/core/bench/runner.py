@@ -21,7 +21,6 @@ import time
 from typing import Any, Literal, TextIO
 
 from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
-from custom_components.llm_lanes.core.bench.sim_answers import count_text_tokens
 from custom_components.llm_lanes.core.bench.workload import (
     PlannedRequest,
     RequestClass,
@@ -40,12 +39,17 @@ from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, Str
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
+from custom_components.llm_lanes.core.tokens import (
+    TOKENS_PER_MESSAGE,
+    estimate_text_tokens,
+)
 
 BenchPolicy = Literal["direct", "fifo", "lanes"]
 POLICIES: tuple[BenchPolicy, ...] = ("direct", "fifo", "lanes")
 SYSTEM_PROMPT = "You are a helpful home assistant. Answer briefly."
-# What the system message costs by the simulator's count (text plus 4 template tokens).
-_SYSTEM_TOKENS = count_text_tokens(SYSTEM_PROMPT) + 4
+# What the system message costs (text plus its template tokens): the simulator counts as the
+# scheduler estimates, four characters a token.
+_SYSTEM_TOKENS = estimate_text_tokens(SYSTEM_PROMPT) + TOKENS_PER_MESSAGE
 
 
 @dataclass(slots=True)

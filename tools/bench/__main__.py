@@ -1,4 +1,4 @@
-"""Command line of the benchmark: ``scripts/bench run|sweep|micro ...``.
+"""Command line of the benchmark: ``scripts/bench run|sweep|curve|micro ...`` (``python -m tools.bench``).
 
 scripts/bench run --server sim --scenario voice_vs_background \
         --policy direct --policy lanes --idle voice --out /tmp/bench
@@ -42,11 +42,6 @@ from custom_components.llm_lanes.core.bench.runner import (
     run_scenario,
     settings_for_server,
 )
-from custom_components.llm_lanes.core.bench.simulator import (
-    SimulatedServer,
-    add_sim_options,
-    sim_config,
-)
 from custom_components.llm_lanes.core.bench.sweep import (
     SweepRow,
     format_table,
@@ -60,6 +55,8 @@ from custom_components.llm_lanes.core.bench.workload import (
     load_scenario,
 )
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from tools.simulator.options import add_sim_options, sim_config
+from tools.simulator.server import SimulatedServer
 
 
 @dataclass(slots=True)
@@ -421,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments[:1] == ["micro"]:
-        from custom_components.llm_lanes.core.bench.micro import main as micro_main  # noqa: PLC0415  (only this command needs it)
+        from tools.bench.micro import main as micro_main  # noqa: PLC0415  (only this command needs it)
 
         return micro_main(arguments[1:])
     args = build_parser().parse_args(arguments)

@@ -1,6 +1,6 @@
 """Micro-benchmark of the scheduler's hot paths: choosing the next request, accounting a token.
 
-    python -m custom_components.llm_lanes.core.bench micro [--queued 10000] [--requesters 100]
+    scripts/bench micro [--queued 10000] [--requesters 100]
 
 Prints the median cost of
 

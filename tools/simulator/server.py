@@ -4,22 +4,18 @@ It speaks the OpenAI-compatible API (``/v1/chat/completions`` with SSE and usage
 and either llama.cpp's own endpoints (``/props``, ``/health``, ``/slots``, ``/metrics`` in
 llama.cpp's Prometheus format; the default, so the backend detection sees a llama-server) or
 Ollama's (``/api/chat`` NDJSON, ``/api/tags``, ``/api/ps``, ``/api/version``, ``/api/show``) with
-``kind="ollama"``. Timing comes from :mod:`.sim_engine`, answers from :mod:`.sim_answers`.
+``kind="ollama"``. Timing comes from :mod:`tools.simulator.engine`, answers from
+:mod:`tools.simulator.answers`.
 
     async with SimulatedServer(SimConfig(slots=4, speed=10)) as sim:
         url = sim.url
 
-Command line (``scripts/develop`` uses it)::
-
-    python -m custom_components.llm_lanes.core.bench.simulator --port 11434 --slots 4 --speed 1
+Its command line is ``python -m tools.simulator`` (``tools/simulator/__main__.py``).
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 import json
 import logging
@@ -30,7 +26,7 @@ import uuid
 
 from aiohttp import web
 
-from custom_components.llm_lanes.core.bench.sim_answers import (
+from tools.simulator.answers import (
     AnswerPlan,
     SimMessage,
     SimTool,
@@ -39,11 +35,7 @@ from custom_components.llm_lanes.core.bench.sim_answers import (
     plan_answer,
     render_prompt,
 )
-from custom_components.llm_lanes.core.bench.sim_engine import (
-    Engine,
-    EngineCosts,
-    Sequence,
-)
+from tools.simulator.engine import Engine, EngineCosts, Sequence
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -92,6 +84,90 @@ class _ParsedChat:
     model: str
     slot: int | None = None
     """llama.cpp's ``id_slot`` (-1 or absent: the server picks)."""
+
+
+@dataclass(slots=True)
+class _OpenAIAnswer:
+    """One chat completion under way: the OpenAI-format pieces of its answer.
+
+    Usage and timings read the sequence's cached prompt tokens when called, so they say what the
+    engine found once the answer has run.
+    """
+
+    chat: _ParsedChat
+    prompt_tokens: int
+    plan: AnswerPlan
+    seq: Sequence
+    completion_id: str = field(
+        default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    )
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        """Return one ``chat.completion.chunk`` event."""
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.chat.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+
+    def completion(self, text: str) -> dict[str, Any]:
+        """Return the whole ``chat.completion`` of a request that did not stream."""
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tool_calls := self.tool_calls():
+            message["tool_calls"] = [
+                {k: v for k, v in call.items() if k != "index"} for call in tool_calls
+            ]
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.chat.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": self.plan.finish_reason,
+                }
+            ],
+            "usage": self.usage(),
+            "timings": self.timings(),
+        }
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Return the planned tool calls as the stream's ``tool_calls`` delta (with their index)."""
+        return [
+            {
+                "index": i,
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments),
+                },
+            }
+            for i, call in enumerate(self.plan.tool_calls)
+        ]
+
+    def usage(self) -> dict[str, Any]:
+        """Return the OpenAI ``usage`` object (cached prompt tokens included)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": len(self.plan.pieces),
+            "total_tokens": self.prompt_tokens + len(self.plan.pieces),
+            "prompt_tokens_details": {"cached_tokens": self.seq.cached_prompt_tokens},
+        }
+
+    def timings(self) -> dict[str, Any]:
+        """Return llama-server's ``timings`` object (prompt tokens from cache and evaluated)."""
+        cached = self.seq.cached_prompt_tokens
+        return {
+            "cache_n": cached,
+            "prompt_n": self.prompt_tokens - cached,
+            "predicted_n": len(self.plan.pieces),
+        }
 
 
 class SimulatedServer:
@@ -346,74 +422,18 @@ class SimulatedServer:
                 openai=True,
             )
         plan = self._plan(chat, prompt_tokens)
-        seq = self._submit(chat, prompt_tokens, plan)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-
-        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-            return {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": chat.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-
-        def usage() -> dict[str, Any]:
-            cached = seq.cached_prompt_tokens
-            return {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": len(plan.pieces),
-                "total_tokens": prompt_tokens + len(plan.pieces),
-                "prompt_tokens_details": {"cached_tokens": cached},
-            }
-
-        def timings() -> dict[str, Any]:
-            cached = seq.cached_prompt_tokens
-            return {
-                "cache_n": cached,
-                "prompt_n": prompt_tokens - cached,
-                "predicted_n": len(plan.pieces),
-            }
-
-        tool_calls = [
-            {
-                "index": i,
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": json.dumps(call.arguments),
-                },
-            }
-            for i, call in enumerate(plan.tool_calls)
-        ]
+        answer = _OpenAIAnswer(
+            chat, prompt_tokens, plan, self._submit(chat, prompt_tokens, plan)
+        )
         if not chat.stream:
-            text = "".join([piece async for piece in self._run(seq, plan)])
-            message: dict[str, Any] = {"role": "assistant", "content": text}
-            if tool_calls:
-                message["tool_calls"] = [
-                    {k: v for k, v in call.items() if k != "index"}
-                    for call in tool_calls
-                ]
-            return web.json_response(
-                {
-                    "id": completion_id,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": chat.model,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": message,
-                            "finish_reason": plan.finish_reason,
-                        }
-                    ],
-                    "usage": usage(),
-                    "timings": timings(),
-                }
-            )
+            text = "".join([piece async for piece in self._run(answer.seq, plan)])
+            return web.json_response(answer.completion(text))
+        return await self._openai_stream(request, answer)
 
+    async def _openai_stream(
+        self, request: web.Request, answer: _OpenAIAnswer
+    ) -> web.StreamResponse:
+        """Stream an answer as server-sent events, as llama-server does (timings, usage, [DONE])."""
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
 
@@ -422,20 +442,20 @@ class SimulatedServer:
             await response.write(f"data: {data}\n\n".encode())
 
         try:
-            await send(chunk({"role": "assistant", "content": None}, None))
-            async for piece in self._run(seq, plan):
+            await send(answer.chunk({"role": "assistant", "content": None}, None))
+            async for piece in self._run(answer.seq, answer.plan):
                 if piece:
-                    await send(chunk({"content": piece}, None))
-            if tool_calls:
-                await send(chunk({"tool_calls": tool_calls}, None))
-            last = chunk({}, plan.finish_reason)
+                    await send(answer.chunk({"content": piece}, None))
+            if tool_calls := answer.tool_calls():
+                await send(answer.chunk({"tool_calls": tool_calls}, None))
+            last = answer.chunk({}, answer.plan.finish_reason)
             if self.config.kind == "llama_cpp":
-                last["timings"] = timings()
+                last["timings"] = answer.timings()
             await send(last)
-            if chat.include_usage:
-                final = chunk({}, None)
+            if answer.chat.include_usage:
+                final = answer.chunk({}, None)
                 final["choices"] = []
-                final["usage"] = usage()
+                final["usage"] = answer.usage()
                 await send(final)
             await send("[DONE]")
             await response.write_eof()
@@ -739,102 +759,3 @@ def _parse_ollama(body: dict[str, Any]) -> _ParsedChat:
         include_usage=True,
         model=str(body.get("model") or ""),
     )
-
-
-# --- command line -----------------------------------------------------------------------------
-
-
-def add_sim_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    """Add the options that shape a simulated server: ``--<prefix>kind``, ``--<prefix>slots`` ..."""
-    defaults = SimConfig()
-    option = f"--{prefix}"
-    parser.add_argument(
-        f"{option}kind", choices=["llama_cpp", "ollama"], default=defaults.kind
-    )
-    parser.add_argument(f"{option}slots", type=int, default=defaults.slots)
-    parser.add_argument(
-        f"{option}speed", type=float, default=defaults.speed,
-        help="simulated time runs this much faster",
-    )  # fmt: skip
-    parser.add_argument(f"{option}seed", type=int, default=defaults.seed)
-    parser.add_argument(
-        f"{option}kv-capacity", type=int, default=defaults.kv_capacity_tokens
-    )
-    parser.add_argument(
-        f"{option}prefill-chunk", type=int, default=defaults.prefill_chunk_tokens,
-        help="prompt tokens per iteration; 0 for unlimited",
-    )  # fmt: skip
-
-
-def sim_config(args: argparse.Namespace, prefix: str = "", **others: Any) -> SimConfig:
-    """Build the ``SimConfig`` the options of ``add_sim_options`` describe (plus ``others``)."""
-    name = prefix.replace("-", "_")
-
-    def value(key: str) -> Any:
-        return getattr(args, f"{name}{key}")
-
-    return SimConfig(
-        kind=value("kind"),
-        slots=value("slots"),
-        speed=value("speed"),
-        seed=value("seed"),
-        kv_capacity_tokens=value("kv_capacity"),
-        prefill_chunk_tokens=value("prefill_chunk") or None,
-        **others,
-    )
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """Options of the simulator's command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m custom_components.llm_lanes.core.bench.simulator",
-        description="Run a simulated LLM server (llama.cpp-like by default, or Ollama).",
-    )
-    defaults = SimConfig()
-    parser.add_argument("--host", default=defaults.host)
-    parser.add_argument("--port", type=int, default=8080)
-    parser.add_argument("--model", default=defaults.model)
-    add_sim_options(parser)
-    parser.add_argument("--max-queue", type=int, default=None)
-    return parser
-
-
-def config_from_args(args: argparse.Namespace) -> SimConfig:
-    """Turn parsed options into a ``SimConfig``."""
-    return sim_config(
-        args,
-        model=args.model,
-        max_queue=args.max_queue,
-        host=args.host,
-        port=args.port,
-    )
-
-
-async def serve_forever(
-    config: SimConfig, ready: Callable[[str], Awaitable[None]] | None = None
-) -> None:
-    """Run the server until cancelled."""
-    async with SimulatedServer(config) as sim:
-        if ready is not None:
-            await ready(sim.url)
-        await asyncio.Event().wait()
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Command-line entry point."""
-    args = build_parser().parse_args(argv)
-    config = config_from_args(args)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-
-    async def announce(url: str) -> None:
-        _LOGGER.info(
-            "simulated %s server (%d slots, speed %g, model %s) listening on %s",
-            config.kind, config.slots, config.speed, config.model, url,
-        )  # fmt: skip
-
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_forever(config, announce))
-
-
-if __name__ == "__main__":
-    main()

@@ -83,6 +83,34 @@ async def test_sensors_when_idle(
     assert _value(hass, entry, "kv_cache_usage") == 0
 
 
+@pytest.mark.usefixtures("entity_registry_enabled_by_default")
+async def test_lane_sensors_are_named_in_home_assistant_s_language(
+    ha_core: HomeAssistant, mock_config_entry: MockConfigEntry
+) -> None:
+    """One translation per figure, the lane's translated name filling its ``{lane}``."""
+    hass = ha_core
+    hass.config.language = "fr"
+    entry = await async_set_up(hass, mock_config_entry)
+    names = {
+        lane.key: hass.states.get(
+            entity_id_for(hass, entry, "sensor", f"{lane.key}_ttft_p95")
+        )
+        for lane in LANES
+    }
+    assert {key: state.name for key, state in names.items() if state} == {
+        "voice": f"{entry.title} Temps jusqu'au premier jeton p95 (Voix)",
+        "interactive": f"{entry.title} Temps jusqu'au premier jeton p95 (Interactive)",
+        "automation": f"{entry.title} Temps jusqu'au premier jeton p95 (Automatisation)",
+        "background": f"{entry.title} Temps jusqu'au premier jeton p95 (Arrière-plan)",
+    }
+    served = hass.states.get(
+        entity_id_for(hass, entry, "sensor", "background_requests_served")
+    )
+    assert served is not None
+    assert served.name == f"{entry.title} Requêtes servies (Arrière-plan)"
+    assert await hass.config_entries.async_unload(entry.entry_id)
+
+
 async def test_sensor_metadata(
     hass: HomeAssistant,
     init_integration: MockConfigEntry,

@@ -16,6 +16,7 @@ from homeassistant.components import conversation
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_URL, EntityCategory
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import translation
 from homeassistant.helpers.device_registry import DeviceEntryType, DeviceInfo
 from homeassistant.helpers.entity import Entity, EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
@@ -33,10 +34,27 @@ from custom_components.llm_lanes.coordinator import (
     ServerCoordinator,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
-from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.entry_defaults import SERVER_KIND_NAMES
 from custom_components.llm_lanes.jobs.manager import JobManager
+
+
+async def async_lane_names(hass: HomeAssistant) -> dict[Lane, str]:
+    """Return each lane's name in Home Assistant's language (``selector.lane.options``).
+
+    Per-lane entities are named by one translation per figure, with the lane's name as the
+    ``{lane}`` placeholder; a lane the language does not name shows its key.
+    """
+    names = await translation.async_get_translations(
+        hass, hass.config.language, "selector", {DOMAIN}
+    )
+    return {
+        lane: names.get(
+            f"component.{DOMAIN}.selector.lane.options.{lane.key}", lane.key
+        )
+        for lane in LANES
+    }
 
 
 def server_url(entry: LLMLanesConfigEntry) -> str:

@@ -10,7 +10,7 @@ server's URL is a diagnostic sensor, so the device page shows it as text.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from custom_components.llm_lanes.entity import (
     ActivityEntity,
     JobEntity,
     ServerEntity,
+    async_lane_names,
     server_url,
 )
 from custom_components.llm_lanes.jobs.manager import JobManager
@@ -57,6 +58,8 @@ class ActivitySensorDescription(SensorEntityDescription):
     """A sensor read from the scheduler snapshot."""
 
     value_fn: Callable[[SchedulerSnapshot], SensorValue]
+    lane: Lane | None = None
+    """The lane a per-lane figure is of: its translated name fills ``{lane}`` in the name."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,10 +95,11 @@ def _percent(fraction: float | None) -> float | None:
 
 
 def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
-    """Describe the latency, queue and served-requests sensors of one lane.
+    """Describe the latency and queue sensors of one lane.
 
-    Voice TTFT p95 is what a household notices; the other figures are for tuning, so they start
-    disabled. The requests served are a total (``LaneRequestsSensor``).
+    Each is named by one translation per figure with the lane's name as a placeholder; its key
+    (and so its unique id) is the lane's key and the figure's. Voice TTFT p95 (an urgent lane's)
+    is what a household notices; the other figures are for tuning, so they start disabled.
     """
 
     def latency(
@@ -103,7 +107,8 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
     ) -> ActivitySensorDescription:
         return ActivitySensorDescription(
             key=f"{lane.key}_{name}",
-            translation_key=f"{lane.key}_{name}",
+            translation_key=f"lane_{name}",
+            lane=lane,
             device_class=SensorDeviceClass.DURATION,
             native_unit_of_measurement=UnitOfTime.SECONDS,
             suggested_unit_of_measurement=UnitOfTime.MILLISECONDS,
@@ -115,12 +120,13 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
 
     return (
         latency("ttft_p50", lambda s: s.ttft_p50_s, enabled=False),
-        latency("ttft_p95", lambda s: s.ttft_p95_s, enabled=lane is Lane.VOICE),
+        latency("ttft_p95", lambda s: s.ttft_p95_s, enabled=lane.urgent),
         latency("itl_p95", lambda s: s.itl_p95_s, enabled=False),
         latency("e2e_p95", lambda s: s.e2e_p95_s, enabled=False),
         ActivitySensorDescription(
             key=f"{lane.key}_queue_depth",
-            translation_key=f"{lane.key}_queue_depth",
+            translation_key="lane_queue_depth",
+            lane=lane,
             state_class=SensorStateClass.MEASUREMENT,
             entity_registry_enabled_default=False,
             value_fn=_lane_value(lane, lambda s: s.queue_depth),
@@ -129,10 +135,11 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
 
 
 def _requests_served(lane: Lane) -> ActivitySensorDescription:
-    """Describe the total of requests a lane served (whatever their outcome)."""
+    """Describe the total of requests a lane served, whatever their outcome (``LaneRequestsSensor``)."""
     return ActivitySensorDescription(
         key=f"{lane.key}_requests_served",
-        translation_key=f"{lane.key}_requests_served",
+        translation_key="lane_requests_served",
+        lane=lane,
         state_class=SensorStateClass.TOTAL_INCREASING,
         value_fn=_lane_value(lane, lambda s: s.finished_total),
     )
@@ -279,11 +286,14 @@ async def async_setup_entry(
 ) -> None:
     """Set up the sensors of one server, then one token sensor per requester as they appear."""
     server_state = entry.runtime_data.server.data
+    lane_names = await async_lane_names(hass)
     entities: list[SensorEntity] = [
-        ActivitySensor(entry, description) for description in ACTIVITY_SENSORS
+        ActivitySensor(entry, description, lane_names)
+        for description in ACTIVITY_SENSORS
     ]
     entities.extend(
-        LaneRequestsSensor(entry, description) for description in LANE_REQUESTS_SENSORS
+        LaneRequestsSensor(entry, description, lane_names)
+        for description in LANE_REQUESTS_SENSORS
     )
     entities.append(ServerURLSensor(entry))
     entities.extend(
@@ -340,6 +350,19 @@ class ActivitySensor(ActivityEntity, SensorEntity):
     """A figure of the scheduler: latency, queue, throughput, goodput, counters."""
 
     entity_description: ActivitySensorDescription
+
+    def __init__(
+        self,
+        entry: LLMLanesConfigEntry,
+        description: ActivitySensorDescription,
+        lane_names: Mapping[Lane, str],
+    ) -> None:
+        """Follow the entry's scheduler; a per-lane figure is named with its lane's name."""
+        super().__init__(entry, description)
+        if description.lane is not None:
+            self._attr_translation_placeholders = {
+                "lane": lane_names.get(description.lane, description.lane.key)
+            }
 
     @property
     def native_value(self) -> SensorValue:

@@ -6,6 +6,7 @@ from http import HTTPStatus
 from io import BytesIO
 from pathlib import Path
 
+from homeassistant.components.brands.const import ALLOWED_IMAGES
 from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 from PIL import Image
@@ -15,23 +16,30 @@ from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 BRAND = Path(__file__).parents[1] / "custom_components/llm_lanes/brand"
 
 
-# Sizes as Home Assistant's brands repository wants them: square icons, logos of a given height.
+# Sizes as Home Assistant's brands repository wants them (its README's image specification:
+# https://github.com/home-assistant/brands/blob/035379c803d3aff102792b322b06d6902d58ebe0/README.md):
+# square icons of 256 (hDPI 512) pixels, logos whose shortest side is 128 to 256 (hDPI 256 to 512)
+# pixels (ours: landscape, 128 and 256 pixels high).
 SIZES = {
     "icon.png": (256, 256),
     "icon@2x.png": (512, 512),
     "logo.png": (None, 128),
     "logo@2x.png": (None, 256),
 }
+IMAGES = {
+    f"{theme}{image}": size for theme in ("", "dark_") for image, size in SIZES.items()
+}
 
 
-@pytest.mark.parametrize(
-    ("name", "size"),
-    [
-        (f"{theme}{image}", size)
-        for theme in ("", "dark_")
-        for image, size in SIZES.items()
-    ],
-)
+def test_brand_folder_holds_every_image_home_assistant_serves() -> None:
+    """Every image name Home Assistant serves from a custom integration's brand/, and no other.
+
+    HACS' brands check looks for ``brand/icon.png`` among them.
+    """
+    assert {path.name for path in BRAND.iterdir()} == set(IMAGES) == ALLOWED_IMAGES
+
+
+@pytest.mark.parametrize(("name", "size"), IMAGES.items())
 async def test_brand_image_served(
     hass: HomeAssistant,
     hass_client: ClientSessionGenerator,

@@ -48,9 +48,9 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.backends.kinds import server_profile
 from custom_components.llm_lanes.core.errors import AuthError, BackendError
 from custom_components.llm_lanes.entry_defaults import (
-    SERVER_KIND_NAMES,
     SUBENTRY_NAME_SUFFIXES,
     default_names,
     default_subentries,
@@ -186,7 +186,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 }
             ),
             description_placeholders={
-                "kind": SERVER_KIND_NAMES[self._probed.kind],
+                "kind": server_profile(self._probed.kind).name,
                 "version": info.version or "?",
             },
         )
@@ -205,7 +205,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
         errors: dict[str, str] = {}
         placeholders = {
             CONF_URL: entry.data[CONF_URL],
-            "kind": SERVER_KIND_NAMES[kind],
+            "kind": server_profile(kind).name,
             "found": "",
         }
         if user_input is not None:
@@ -213,7 +213,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             placeholders[CONF_URL] = self._url or user_input[CONF_URL]
             if probed is not None and probed.kind is not kind:
                 errors = {"base": "wrong_server_kind"}
-                placeholders["found"] = SERVER_KIND_NAMES[probed.kind]
+                placeholders["found"] = server_profile(probed.kind).name
             elif probed is not None:
                 await self.async_set_unique_id(probed.info.unique_id)
                 if probed.info.unique_id != entry.unique_id:

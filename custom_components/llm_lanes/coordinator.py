@@ -38,9 +38,9 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.core.backends.base import (
     Backend,
     ServerInfo,
-    ServerKind,
     ServerMetrics,
 )
+from custom_components.llm_lanes.core.backends.kinds import server_profile
 from custom_components.llm_lanes.core.errors import (
     AuthError,
     BackendConnectionError,
@@ -75,13 +75,6 @@ class LLMLanesRuntimeData:
 
 
 type LLMLanesConfigEntry = ConfigEntry[LLMLanesRuntimeData]
-
-RESIDENCY_KINDS: Final = frozenset({ServerKind.OLLAMA, ServerKind.LM_STUDIO})
-"""Servers that load models on demand, unload them, and say which ones are resident.
-
-The others (llama.cpp, vLLM, LocalAI) report every model they serve as loaded, so a warm-up could
-never change what they report: warming them up would only be retried forever.
-"""
 
 WARM_UP_RETRY_INTERVAL: Final = timedelta(minutes=10)
 """After a warm-up that did not load the model, the next one waits this long."""
@@ -126,10 +119,10 @@ class ServerState:
 def model_is_loaded(model: str, info: ServerInfo, metrics: ServerMetrics) -> bool:
     """Tell whether ``model`` is loaded, from whatever the server reports."""
     loaded = set(info.loaded_models) | set(metrics.loaded_models)
-    if loaded or info.kind in RESIDENCY_KINDS:
-        # Ollama and LM Studio list what is resident: an empty list means nothing is.
+    if loaded or server_profile(info.kind).unloads_models:
+        # Servers that unload models list what is resident: an empty list means nothing is.
         return model in loaded
-    # Servers that serve one model and do not report residency (llama.cpp, vLLM).
+    # Servers that do not report residency.
     return model in info.models
 
 
@@ -181,9 +174,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
         self._warm_up_not_before: datetime | None = None
         self._warm_up_failed_logged = False
         self._check_task: asyncio.Task[None] | None = None
-        # Ollama keeps a model another client loaded for 5 minutes only: one warm-up at set-up
-        # sends our keep_alive, which keeps it resident, even when it is loaded already.
-        self._warm_up_at_setup = backend.kind is ServerKind.OLLAMA
+        self._warm_up_at_setup = backend.profile.warm_up_at_setup
 
     @property
     def warming_up(self) -> bool:
@@ -281,7 +272,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
         Only servers that unload models (Ollama, LM Studio) are asked; what they hold is read now,
         not from the last poll, and a failed warm-up's back-off does not apply.
         """
-        if self.backend.kind not in RESIDENCY_KINDS or self.warming_up:
+        if not self.backend.profile.unloads_models or self.warming_up:
             return
         if self.data is None or self.model not in self.data.info.models:
             return
@@ -301,7 +292,9 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
         at_setup = self._warm_up_at_setup
         self._warm_up_at_setup = False
         if not at_setup:
-            if state.model_loaded or self.backend.kind not in RESIDENCY_KINDS:
+            if state.model_loaded or not self.backend.profile.unloads_models:
+                # The others list every model they serve as loaded: a warm-up could never
+                # change that, and would only be retried forever.
                 return
             if (
                 self._warm_up_not_before is not None

@@ -34,9 +34,9 @@ from custom_components.llm_lanes.coordinator import (
     ServerCoordinator,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.backends.kinds import server_profile
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
-from custom_components.llm_lanes.entry_defaults import SERVER_KIND_NAMES
 from custom_components.llm_lanes.jobs.manager import JobManager
 
 
@@ -70,7 +70,7 @@ def server_device_info(entry: LLMLanesConfigEntry) -> DeviceInfo:
     return DeviceInfo(
         identifiers={(DOMAIN, entry.entry_id)},
         name=entry.title,
-        manufacturer=SERVER_KIND_NAMES[kind],
+        manufacturer=server_profile(kind).name,
         model=entry.data[CONF_MODEL],
         sw_version=version,
         configuration_url=server_url(entry),

@@ -25,15 +25,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
-
-SERVER_KIND_NAMES: dict[ServerKind, str] = {
-    ServerKind.OLLAMA: "Ollama",
-    ServerKind.LLAMA_CPP: "llama.cpp",
-    ServerKind.VLLM: "vLLM",
-    ServerKind.LM_STUDIO: "LM Studio",
-    ServerKind.LOCALAI: "LocalAI",
-    ServerKind.OPENAI_COMPATIBLE: "OpenAI-compatible server",
-}
+from custom_components.llm_lanes.core.backends.kinds import server_profile
 
 SUBENTRY_NAME_SUFFIXES: dict[str, str] = {
     SUBENTRY_CONVERSATION: "conversation",
@@ -57,7 +49,7 @@ def server_name(kind: ServerKind, url: str, other_urls: Iterable[str] = ()) -> s
     """
     shared_host = any(_host(other) == _host(url) for other in other_urls)
     return (
-        f"{SERVER_KIND_NAMES[kind]} on {_address(url) if shared_host else _host(url)}"
+        f"{server_profile(kind).name} on {_address(url) if shared_host else _host(url)}"
     )
 
 

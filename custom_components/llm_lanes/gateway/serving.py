@@ -23,7 +23,8 @@ from custom_components.llm_lanes.coordinator import (
     LLMLanesConfigEntry,
     LLMLanesRuntimeData,
 )
-from custom_components.llm_lanes.core.backends.base import ServerInfo, ServerKind
+from custom_components.llm_lanes.core.backends.base import ServerInfo
+from custom_components.llm_lanes.core.backends.kinds import WireApi
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk, TokenUsage
 from custom_components.llm_lanes.core.protocols.common import (
     ParsedChat,
@@ -66,8 +67,8 @@ class Server:
 
     @property
     def speaks_ollama(self) -> bool:
-        """Whether the server behind is Ollama (else OpenAI-compatible)."""
-        return self.runtime.backend.kind is ServerKind.OLLAMA
+        """Whether the server behind speaks Ollama's native API (else the OpenAI-compatible one)."""
+        return self.runtime.backend.profile.api is WireApi.OLLAMA
 
     def served_model(self, model: str) -> str | None:
         """Return the server's name of ``model`` if it serves it (``name`` is ``name:latest``)."""

@@ -6,14 +6,20 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
 
+if TYPE_CHECKING:
+    from custom_components.llm_lanes.core.backends.kinds import ServerProfile
+
 
 class ServerKind(StrEnum):
-    """The kind of LLM server behind a base URL."""
+    """The kind of LLM server behind a base URL: the id config entries store.
+
+    What each kind is and can do is its description, ``kinds.ServerProfile``.
+    """
 
     OLLAMA = "ollama"
     LLAMA_CPP = "llama_cpp"
@@ -89,13 +95,25 @@ class BackendTimeouts:
 class Backend(ABC):
     """A client for one LLM server. Built with an aiohttp session that the caller owns."""
 
-    kind: ServerKind
+    profile: ServerProfile
+    """What the server's kind is and can do (``core.backends.kinds``)."""
     base_url: str
     chooses_slots: bool = False
     """Whether requests may name the server slot they run on (``ChatRequest.slot``)."""
     prefills_in_steps: bool = False
     """Whether a prompt can be prefilled into a slot's cache in steps (``render_prompt`` and
     ``prefill``) before the request that uses it; turned off when the server refuses."""
+
+    def __init__(self, profile: ServerProfile) -> None:
+        """Take the server's description; what requests may do starts as it says."""
+        self.profile = profile
+        self.chooses_slots = profile.chooses_slots
+        self.prefills_in_steps = profile.prefills_in_steps
+
+    @property
+    def kind(self) -> ServerKind:
+        """The server's kind (its description's id)."""
+        return self.profile.kind
 
     @abstractmethod
     async def server_info(self) -> ServerInfo:

@@ -1,24 +1,28 @@
 """Tell LLM servers apart from a base URL alone, and build the right client for one.
 
-Each probe asks an endpoint only one kind of server has:
-
-1. Ollama: ``/api/version`` and ``/api/tags``.
-2. llama.cpp: ``/props`` with ``total_slots`` or ``default_generation_settings``.
-3. vLLM: ``/v1/models`` entries ``owned_by: "vllm"``, or ``vllm:`` series at ``/metrics``.
-4. LM Studio: ``/api/v0/models`` entries with a ``state`` (loaded / not-loaded).
-5. LocalAI: ``/system`` listing its ``backends``.
-6. Anything else answering ``/v1/models``: a generic OpenAI-compatible server.
+Each kind's description (``kinds.ServerProfile.detection``) says which endpoints only that kind
+has and what they answer; the kinds are tried in ``kinds.SERVER_PROFILES``' order (Ollama,
+llama.cpp, vLLM, LM Studio, LocalAI, then anything answering ``/v1/models`` as a generic
+OpenAI-compatible server), and each endpoint is asked once.
 """
 
 from __future__ import annotations
 
-from typing import Unpack
+from collections.abc import Sequence
+from typing import Any, Unpack
 
 import aiohttp
 
 from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.backends.kinds import (
+    SERVER_PROFILES,
+    ServerProfile,
+    WireApi,
+    server_profile,
+)
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
+from custom_components.llm_lanes.core.backends.probes import Evidence, Probe
 from custom_components.llm_lanes.core.backends.transport import (
     ConnectionOptions,
     HttpClient,
@@ -31,82 +35,89 @@ from custom_components.llm_lanes.core.errors import (
 )
 
 
-async def _probe_json(http: HttpClient, path: str) -> object | None:
-    """GET a JSON document; None when the server has no such endpoint (or answers non-JSON).
+class _Answers:
+    """The answers of one server to the probes, each endpoint asked once."""
 
-    Connection failures, timeouts and refused keys are not "no such endpoint": they propagate.
-    """
-    try:
-        document: object = await http.get_json(path)
-    except BackendConnectionError, BackendTimeoutError, AuthError:
-        raise
-    except BackendError:
-        return None
-    return document
+    def __init__(self, http: HttpClient) -> None:
+        self._http = http
+        self._answers: dict[tuple[str, bool], Any] = {}
 
+    async def answer(self, probe: Probe) -> Any:
+        """GET the probe's endpoint (JSON or text); None when the server has no such endpoint.
 
-async def detect_server_kind(
-    session: aiohttp.ClientSession, base_url: str, **options: Unpack[ConnectionOptions]
-) -> ServerKind:
-    """Find out which kind of server answers at ``base_url``."""
-    http = HttpClient(session, base_url, **options)
-    version = await _probe_json(http, "/api/version")
-    if isinstance(version, dict) and "version" in version:
-        tags = await _probe_json(http, "/api/tags")
-        if isinstance(tags, dict) and "models" in tags:
-            return ServerKind.OLLAMA
-    props = await _probe_json(http, "/props")
-    if isinstance(props, dict) and (
-        "total_slots" in props or "default_generation_settings" in props
-    ):
-        return ServerKind.LLAMA_CPP
-    models = await _probe_json(http, "/v1/models")
-    entries = models.get("data") if isinstance(models, dict) else None
-    if isinstance(entries, list) and any(
-        isinstance(entry, dict) and entry.get("owned_by") == "vllm" for entry in entries
-    ):
-        return ServerKind.VLLM
-    if isinstance(entries, list):
+        Connection failures, timeouts and refused keys are not "no such endpoint": they
+        propagate.
+        """
+        key = (probe.path, probe.match.reads_text)
+        if key not in self._answers:
+            self._answers[key] = await self._fetch(*key)
+        return self._answers[key]
+
+    async def _fetch(self, path: str, as_text: bool) -> Any:
         try:
-            metrics = await http.request_text("GET", "/metrics")
+            if as_text:
+                return await self._http.request_text("GET", path)
+            return await self._http.get_json(path)
         except BackendConnectionError, BackendTimeoutError, AuthError:
             raise
         except BackendError:
-            metrics = ""
-        if "vllm:" in metrics:
-            return ServerKind.VLLM
-    lm_models = await _probe_json(http, "/api/v0/models")
-    lm_entries = lm_models.get("data") if isinstance(lm_models, dict) else None
-    if isinstance(lm_entries, list) and any(
-        isinstance(entry, dict) and "state" in entry for entry in lm_entries
-    ):
-        return ServerKind.LM_STUDIO
-    system = await _probe_json(http, "/system")
-    if isinstance(system, dict) and "backends" in system:
-        return ServerKind.LOCALAI
-    if isinstance(entries, list):
-        return ServerKind.OPENAI_COMPATIBLE
+            return None
+
+    async def show(self, evidence: Evidence) -> bool:
+        """Tell whether every probe of the evidence matches (asked in order, until one fails)."""
+        for probe in evidence:
+            if not probe.match.matches(await self.answer(probe)):
+                return False
+        return True
+
+
+async def detect_server(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    profiles: Sequence[ServerProfile] = SERVER_PROFILES,
+    **options: Unpack[ConnectionOptions],
+) -> ServerProfile:
+    """Return the description of the server at ``base_url``: the first of ``profiles`` it shows."""
+    http = HttpClient(session, base_url, **options)
+    answers = _Answers(http)
+    for profile in profiles:
+        for evidence in profile.detection:
+            if await answers.show(evidence):
+                return profile
     raise BackendConnectionError(
         f"no Ollama or OpenAI-compatible LLM server answers at {http.base_url}",
         url=http.base_url,
     )
 
 
+async def detect_server_kind(
+    session: aiohttp.ClientSession, base_url: str, **options: Unpack[ConnectionOptions]
+) -> ServerKind:
+    """Find out which kind of server answers at ``base_url``."""
+    return (await detect_server(session, base_url, **options)).kind
+
+
 def create_backend(
     session: aiohttp.ClientSession,
     base_url: str,
-    kind: ServerKind,
+    kind: ServerKind | ServerProfile,
     **options: Unpack[ConnectionOptions],
 ) -> Backend:
-    """Build the client for a server of a known kind."""
-    if kind is ServerKind.OLLAMA:
-        return OllamaBackend(session, base_url, **options)
-    return OpenAIBackend(session, base_url, kind=kind, **options)
+    """Build the client for a server of a known kind: the one of the API it speaks."""
+    profile = server_profile(kind)
+    if profile.api is WireApi.OLLAMA:
+        return OllamaBackend(session, base_url, kind=profile, **options)
+    return OpenAIBackend(session, base_url, kind=profile, **options)
 
 
 async def connect(
-    session: aiohttp.ClientSession, base_url: str, **options: Unpack[ConnectionOptions]
+    session: aiohttp.ClientSession,
+    base_url: str,
+    *,
+    profiles: Sequence[ServerProfile] = SERVER_PROFILES,
+    **options: Unpack[ConnectionOptions],
 ) -> Backend:
-    """Detect the server at ``base_url`` and return the client for it."""
-    kind = await detect_server_kind(session, base_url, **options)
-    return create_backend(session, base_url, kind, **options)
+    """Detect the server at ``base_url`` (among ``profiles``) and return the client for it."""
+    profile = await detect_server(session, base_url, profiles=profiles, **options)
+    return create_backend(session, base_url, profile, **options)

@@ -20,6 +20,11 @@ from custom_components.llm_lanes.core.backends.base import (
     ServerMetrics,
     server_unique_id,
 )
+from custom_components.llm_lanes.core.backends.kinds import (
+    ServerProfile,
+    WireApi,
+    server_profile,
+)
 from custom_components.llm_lanes.core.backends.transport import (
     ConnectionOptions,
     HttpClient,
@@ -51,17 +56,20 @@ KEEP_ALIVE_FOREVER = -1
 class OllamaBackend(Backend):
     """A client for one Ollama server."""
 
-    kind = ServerKind.OLLAMA
-
     def __init__(
         self,
         session: aiohttp.ClientSession,
         base_url: str,
         *,
+        kind: ServerKind | ServerProfile = ServerKind.OLLAMA,
         keep_alive: int | str | None = KEEP_ALIVE_FOREVER,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``keep_alive`` is sent with every request."""
+        profile = server_profile(kind)
+        if profile.api is not WireApi.OLLAMA:
+            raise ValueError(f"{profile.name} does not speak Ollama's native API")
+        super().__init__(profile)
         self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
         self.keep_alive = keep_alive

@@ -3,15 +3,15 @@
 Chat streams ``/v1/chat/completions`` as server-sent events, raw completions
 ``/v1/completions``; embeddings come from ``/v1/embeddings``. The wire format is
 ``core.protocols``: the bodies in ``openai_requests``, the events (tool-call assembly, usage) in
-``openai_answers``. What differs between servers (where the slot count, metrics and loaded
-models come from; how an answer is resumed; vLLM's ``priority``) is chosen here by ``kind``.
+``openai_answers``. What differs between servers (what requests carry, how an answer is resumed,
+where the slot count, metrics and loaded models come from) is the server's description,
+``kinds.ServerProfile``: this client reads it and never asks which kind it talks to.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
-from dataclasses import replace
 import logging
 from typing import Any, Unpack
 
@@ -25,10 +25,17 @@ from custom_components.llm_lanes.core.backends.base import (
     ServerMetrics,
     server_unique_id,
 )
-from custom_components.llm_lanes.core.backends.prometheus import (
-    llama_cpp_metrics,
-    parse_samples,
-    vllm_metrics,
+from custom_components.llm_lanes.core.backends.kinds import (
+    ServerProfile,
+    WireApi,
+    server_profile,
+)
+from custom_components.llm_lanes.core.backends.reports import (
+    MODELS_PATH,
+    merged_facts,
+    merged_load,
+    models_data,
+    served_models,
 )
 from custom_components.llm_lanes.core.backends.transport import (
     ConnectionOptions,
@@ -61,17 +68,15 @@ COMPLETION_PATH = "/completion"
 
 
 def server_fields(
-    request: ChatRequest, kind: ServerKind, *, send_priority: bool
+    request: ChatRequest, profile: ServerProfile, *, send_priority: bool
 ) -> dict[str, Any]:
     """Return what a kind of server needs in the body beyond the OpenAI format."""
     fields: dict[str, Any] = {}
-    if request.assistant_prefix and kind is ServerKind.VLLM:
-        # vLLM renders a final assistant message as closed unless told to continue it.
-        fields["continue_final_message"] = True
-        fields["add_generation_prompt"] = False
+    if request.assistant_prefix:
+        fields.update(profile.resume_fields)
     if send_priority and request.priority is not None:
         fields["priority"] = request.priority
-    if request.slot is not None and kind is ServerKind.LLAMA_CPP:
+    if request.slot is not None and profile.chooses_slots:
         # The slot keeps this prompt cached: the next request placed there reuses its prefix.
         fields["id_slot"] = request.slot
         fields["cache_prompt"] = True
@@ -86,144 +91,68 @@ class OpenAIBackend(Backend):
         session: aiohttp.ClientSession,
         base_url: str,
         *,
-        kind: ServerKind = ServerKind.OPENAI_COMPATIBLE,
+        kind: ServerKind | ServerProfile = ServerKind.OPENAI_COMPATIBLE,
         **options: Unpack[ConnectionOptions],
     ) -> None:
-        """Bind the caller's session; ``kind`` picks the server-specific endpoints."""
-        if kind is ServerKind.OLLAMA:
-            raise ValueError("use OllamaBackend for Ollama's native API")
-        self.kind = kind
+        """Bind the caller's session; ``kind`` (or a description of one) says what to ask."""
+        profile = server_profile(kind)
+        if profile.api is not WireApi.OPENAI:
+            raise ValueError(f"{profile.name} does not speak the OpenAI-compatible API")
+        super().__init__(profile)
         self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
-        self.send_priority = kind is ServerKind.VLLM
+        self.send_priority = profile.takes_priority
         """Whether requests carry ``priority``; turned off when the server refuses it."""
-        self.chooses_slots = kind is ServerKind.LLAMA_CPP
-        self.prefills_in_steps = kind is ServerKind.LLAMA_CPP
 
     # --- what the server is --------------------------------------------------------------
 
     async def list_models(self) -> tuple[str, ...]:
         """Models from ``/v1/models``."""
-        data = await self._http.get_json("/v1/models")
-        return tuple(str(model.get("id")) for model in _models_data(data))
+        return await served_models(self._http)
 
     async def server_info(self) -> ServerInfo:
-        """Read what the device shows, from the endpoints this kind of server has."""
-        models_data = _models_data(await self._http.get_json("/v1/models"))
-        models = tuple(str(model.get("id")) for model in models_data)
-        version: str | None = None
-        loaded: tuple[str, ...] = models
-        context: int | None = None
-        slots: int | None = None
-        metrics_enabled = False
-        if self.kind is ServerKind.LLAMA_CPP:
-            props = await self._http.get_json("/props")
-            settings = props.get("default_generation_settings") or {}
-            context = _int_or_none(settings.get("n_ctx") or props.get("n_ctx"))
-            slots = _int_or_none(props.get("total_slots"))
-            version = props.get("build_info") or None
-            metrics_enabled = await self._has_metrics()
-        elif self.kind is ServerKind.VLLM:
-            version = await self._version()
-            lengths = [
-                m["max_model_len"] for m in models_data if m.get("max_model_len")
-            ]
-            context = _int_or_none(max(lengths)) if lengths else None
-            metrics_enabled = await self._has_metrics()
-        elif self.kind is ServerKind.LM_STUDIO:
-            lm_models = _models_data(await self._http.get_json("/api/v0/models"))
-            loaded = tuple(
-                str(m.get("id")) for m in lm_models if m.get("state") == "loaded"
-            )
-            lengths = [
-                m.get("loaded_context_length") or m.get("max_context_length")
-                for m in lm_models
-                if m.get("state") == "loaded"
-            ]
-            context = _int_or_none(max(lengths)) if lengths and all(lengths) else None
-        elif self.kind is ServerKind.LOCALAI:
-            version = await self._version()
+        """Read what the device shows, from the sources the server's description names."""
+        entries = models_data(await self._http.get_json(MODELS_PATH))
+        models = tuple(str(model.get("id")) for model in entries)
+        facts = merged_facts(
+            [await source(self._http, entries) for source in self.profile.info_from]
+        )
+        prometheus = self.profile.prometheus
         return ServerInfo(
             kind=self.kind,
-            version=version,
+            version=facts.version,
             models=models,
-            loaded_models=loaded,
-            context_length=context,
-            slots=slots,
-            metrics_enabled=metrics_enabled,
+            loaded_models=(
+                facts.loaded_models if facts.loaded_models is not None else models
+            ),
+            context_length=facts.context_length,
+            slots=facts.slots,
+            metrics_enabled=(
+                prometheus is not None and await prometheus.enabled(self._http)
+            ),
             unique_id=server_unique_id(self.kind, self.base_url),
         )
-
-    async def _version(self) -> str | None:
-        try:
-            data = await self._http.get_json("/version")
-        except BackendError:
-            return None
-        return (
-            str(data["version"])
-            if isinstance(data, dict) and "version" in data
-            else None
-        )
-
-    async def _has_metrics(self) -> bool:
-        try:
-            await self._http.request_text("GET", "/metrics")
-        except BackendHTTPError:
-            return False  # llama.cpp answers 501 without --metrics
-        return True
 
     # --- live load --------------------------------------------------------------------------
 
     async def metrics(self) -> ServerMetrics:
-        """llama.cpp: ``/slots`` and ``/metrics``; vLLM: ``/metrics``; others: loaded models."""
-        if self.kind is ServerKind.VLLM:
-            return vllm_metrics(
-                parse_samples(await self._http.request_text("GET", "/metrics"))
-            )
-        if self.kind is ServerKind.LLAMA_CPP:
-            return await self._llama_cpp_metrics()
-        if self.kind is ServerKind.LM_STUDIO:
-            lm_models = _models_data(await self._http.get_json("/api/v0/models"))
-            return ServerMetrics(
-                loaded_models=tuple(
-                    str(m.get("id")) for m in lm_models if m.get("state") == "loaded"
-                )
-            )
-        return ServerMetrics(loaded_models=await self.list_models())
-
-    async def _llama_cpp_metrics(self) -> ServerMetrics:
-        base = ServerMetrics()
-        try:
-            base = llama_cpp_metrics(
-                parse_samples(await self._http.request_text("GET", "/metrics"))
-            )
-        except BackendHTTPError as err:
-            if err.status != 501:
-                raise
-        slots_total: int | None = None
-        slots_busy: int | None = None
-        try:
-            slots = await self._http.get_json("/slots")
-        except BackendHTTPError as err:
-            if err.status != 501:  # started without --slots
-                raise
-        else:
-            if isinstance(slots, list):
-                slots_total = len(slots)
-                slots_busy = sum(1 for slot in slots if slot_is_busy(slot))
-        return replace(
-            base,
-            slots_total=slots_total,
-            slots_busy=slots_busy,
-            loaded_models=await self.list_models(),
-        )
+        """Read the ``/metrics`` page and the load sources the server's description names."""
+        parts: list[ServerMetrics] = []
+        if self.profile.prometheus is not None:
+            parts.append(await self.profile.prometheus.load(self._http))
+        parts.extend([await source(self._http) for source in self.profile.load_from])
+        return merged_load(parts)
 
     async def slots_busy(self) -> int | None:
-        """How many llama.cpp slots are processing right now (None where unknown)."""
-        return (await self._llama_cpp_metrics()).slots_busy
+        """How many slots are processing right now (None where the server does not say)."""
+        return (await self.metrics()).slots_busy
 
     async def warm_up(self, model: str) -> bool:
-        """Send a one-token request so the model is loaded (LM Studio loads on demand)."""
+        """Send a one-token request so the model is loaded (LM Studio loads on demand).
+
+        A server that unloads models is asked whether it holds the model now; the others hold
+        every model they serve.
+        """
         body = {
             "model": model,
             "messages": [{"role": "user", "content": "hi"}],
@@ -231,7 +160,7 @@ class OpenAIBackend(Backend):
             "stream": False,
         }
         await self._http.load_model(CHAT_PATH, body, model)
-        if self.kind is ServerKind.LM_STUDIO:
+        if self.profile.unloads_models:
             return model in (await self.metrics()).loaded_models
         return True
 
@@ -247,7 +176,7 @@ class OpenAIBackend(Backend):
             for chunk in await self._embed(request):
                 yield chunk
             return
-        fields = server_fields(request, self.kind, send_priority=self.send_priority)
+        fields = server_fields(request, self.profile, send_priority=self.send_priority)
         body = (
             completion_body(request, fields)
             if isinstance(request, CompletionRequest)
@@ -274,7 +203,7 @@ class OpenAIBackend(Backend):
                 async for chunk in stream:
                     yield chunk
 
-    # --- prefill in steps (llama.cpp) ---------------------------------------------------------
+    # --- prefill in steps (llama.cpp: ``prefills_in_steps``) -----------------------------
 
     async def render_prompt(self, request: ChatRequest) -> str:
         """Ask llama.cpp's ``/apply-template`` for the prompt its chat template makes."""
@@ -329,23 +258,3 @@ class OpenAIBackend(Backend):
 def _refuses_priority(err: BackendHTTPError, body: dict[str, Any]) -> bool:
     """Whether a 400 answers the ``priority`` field (vLLM without priority scheduling)."""
     return err.status == 400 and "priority" in body and "priority" in err.body.lower()
-
-
-def slot_is_busy(slot: dict[str, Any]) -> bool:
-    """Whether a llama.cpp ``/slots`` entry is processing (``state`` in older builds)."""
-    if "is_processing" in slot:
-        return bool(slot["is_processing"])
-    return bool(slot.get("state", 0))
-
-
-def _models_data(data: Any) -> list[dict[str, Any]]:
-    if isinstance(data, dict) and isinstance(data.get("data"), list):
-        return [model for model in data["data"] if isinstance(model, dict)]
-    return []
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except TypeError, ValueError:
-        return None

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import time
 from typing import Any
 
-from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.bench.report import percentile
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 
@@ -78,9 +78,9 @@ class BatchCurve:
         }
 
 
-def _request(model: str, kind: ServerKind, text: str, tokens: int) -> ChatRequest:
+def _request(backend: Backend, model: str, text: str, tokens: int) -> ChatRequest:
     options: dict[str, Any] = {}
-    if kind in {ServerKind.LLAMA_CPP, ServerKind.OLLAMA}:
+    if backend.profile.takes_ignore_eos:
         options["ignore_eos"] = True
     return ChatRequest(
         model=model,
@@ -106,15 +106,14 @@ async def measure_batch(
     backend: Backend, model: str, sequences: int, *, time_scale: float = 1.0
 ) -> BatchPoint:
     """Run ``sequences`` identical streams at once and measure their gaps and throughput."""
-    kind = backend.kind
     started = time.monotonic()
     results = await asyncio.gather(
         *(
             _stream(
                 backend,
                 _request(
+                    backend,
                     model,
-                    kind,
                     f"Count slowly, run {index}: one two three",
                     STREAM_TOKENS,
                 ),
@@ -146,7 +145,7 @@ async def measure_prefill(
         started = time.monotonic()
         prompt = 0
         first: float | None = None
-        async for chunk in backend.chat(_request(model, backend.kind, text, 1)):
+        async for chunk in backend.chat(_request(backend, model, text, 1)):
             if first is None and (chunk.output_tokens or chunk.text):
                 first = time.monotonic()
             if chunk.usage is not None:

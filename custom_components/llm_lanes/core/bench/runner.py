@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, Literal, TextIO
 
-from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.bench.workload import (
     PlannedRequest,
     RequestClass,
@@ -351,7 +351,7 @@ class _Run:
 
     def _request(self, planned: PlannedRequest, rng: random.Random) -> ChatRequest:
         options: dict[str, Any] = {}
-        if self.server.kind in {ServerKind.LLAMA_CPP, ServerKind.OLLAMA}:
+        if self.backend.profile.takes_ignore_eos:
             # Make the model produce exactly the planned number of tokens.
             options["ignore_eos"] = True
         cls = self._classes[planned.class_name]

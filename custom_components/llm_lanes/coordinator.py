@@ -17,7 +17,7 @@ more slowly when idle (so windowed rates decay to zero and newly started request
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -69,10 +69,12 @@ class LLMLanesRuntimeData:
     """Queues, throttles and runs the entry's nightly summarization jobs."""
     requesters: RequesterRegistry
     """The requesters the server charges under their own id (the rest are ``other``)."""
+    data: dict[str, Any]
+    """The entry's data the set-up was built from (URL, key, model); a change reloads."""
+    subentries: dict[str, tuple[str, str, dict[str, Any]]]
+    """Subentries the entities were built from (id -> type, title, data); a change reloads."""
     device_id: str = ""
     """Device registry id of the server's device (the agents' devices hang off it)."""
-    subentries: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
-    """Subentries the entities were built from (id -> type, title, data); a change reloads."""
 
 
 type LLMLanesConfigEntry = ConfigEntry[LLMLanesRuntimeData]

@@ -121,10 +121,9 @@ class ActivityEntity(LLMLanesEntity[ActivityCoordinator]):
 class SchedulerSettingEntity(ServerEntity):
     """A control that shows one scheduler setting and stores changes in the entry options.
 
-    Its description's key is the option it is stored under.
-
-    The options update listener applies stored options to the scheduler live; this entity writes
-    its state on every options change, its own and the options flow's.
+    Its description's key is the option it is stored under. The entry's update listener applies
+    stored options to the scheduler at once (``async_apply_options``), then has the entities
+    written, so this one shows every change of its setting, its own and the options flow's.
     """
 
     _attr_entity_category = EntityCategory.CONFIG
@@ -133,16 +132,6 @@ class SchedulerSettingEntity(ServerEntity):
     def settings(self) -> SchedulerSettings:
         """The settings the scheduler runs with now."""
         return self.entry.runtime_data.scheduler.settings
-
-    async def async_added_to_hass(self) -> None:
-        """Follow option changes."""
-        await super().async_added_to_hass()
-        self.async_on_remove(self.entry.add_update_listener(self._async_entry_updated))
-
-    async def _async_entry_updated(
-        self, hass: HomeAssistant, entry: LLMLanesConfigEntry
-    ) -> None:
-        self.async_write_ha_state()
 
     def _store_option(self, value: Any) -> None:
         """Store the setting under its option (the description's key); the listener applies it."""

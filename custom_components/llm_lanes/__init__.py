@@ -24,7 +24,7 @@ from custom_components.llm_lanes.coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
     LLMLanesRuntimeData,
-    ServerCoordinator,
+    PollCoordinator,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.scheduler import Scheduler
@@ -75,7 +75,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         entry.data[CONF_URL],
         entry.data.get(CONF_API_KEY),
     )
-    server = ServerCoordinator(hass, entry, backend)
+    server = PollCoordinator(hass, entry, backend)
     await server.async_config_entry_first_refresh()
     if (
         not server.last_update_success
@@ -181,7 +181,7 @@ def async_apply_options(entry: LLMLanesConfigEntry) -> None:
 
 
 def scheduler_settings(
-    entry: LLMLanesConfigEntry, server: ServerCoordinator
+    entry: LLMLanesConfigEntry, server: PollCoordinator
 ) -> SchedulerSettings:
     """Build the scheduler settings of the entry's options, bounded by what the server last said.
 

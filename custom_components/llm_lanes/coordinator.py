@@ -1,6 +1,6 @@
 """The two coordinators of an LLM server entry, and what a loaded entry holds at run time.
 
-``ServerCoordinator`` polls the server's health, identity and live load, and keeps its model
+``PollCoordinator`` polls the server's health, identity and live load, and keeps its model
 loaded. Its poll interval says whether the server answers: ``SERVER_POLL_INTERVAL`` while it does,
 ``DOWN_POLL_INTERVAL`` (seconds) while it does not, so "Server reachable" follows the server within
 seconds. Requests tell it sooner than a poll would: one that cannot connect marks the server down
@@ -61,7 +61,7 @@ class LLMLanesRuntimeData:
 
     backend: Backend
     scheduler: Scheduler
-    server: ServerCoordinator
+    server: PollCoordinator
     """Polls the server's health, info and metrics."""
     activity: ActivityCoordinator
     """Scheduler snapshots pushed by the scheduler, at most once a second."""
@@ -117,7 +117,7 @@ server is polled at once."""
 
 
 @dataclass(frozen=True, slots=True)
-class ServerState:
+class PollResult:
     """What the server said at the last successful poll."""
 
     info: ServerInfo
@@ -159,7 +159,7 @@ class EntryCoordinator[DataT](DataUpdateCoordinator[DataT]):
         )
 
 
-class ServerCoordinator(EntryCoordinator[ServerState]):
+class PollCoordinator(EntryCoordinator[PollResult]):
     """Polls ``server_info`` and ``metrics``; entities go unavailable when a poll fails.
 
     It also keeps the configured model warm: at set-up, and whenever a poll finds it unloaded
@@ -244,7 +244,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
                 self.hass, self.async_refresh(), name=f"{DOMAIN} poll {self.name}"
             )
 
-    async def _async_update_data(self) -> ServerState:
+    async def _async_update_data(self) -> PollResult:
         """Ask the server what it is and how loaded it is."""
         try:
             info = await self.backend.server_info()
@@ -261,7 +261,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
                 translation_placeholders={"error": str(err)},
             ) from err
         self._note_up()
-        state = ServerState(
+        state = PollResult(
             info=info,
             metrics=metrics,
             model_loaded=model_is_loaded(self.model, info, metrics),
@@ -298,7 +298,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
             return
         self._async_start_warm_up(already_loaded=False)
 
-    def _async_maybe_warm_up(self, state: ServerState) -> None:
+    def _async_maybe_warm_up(self, state: PollResult) -> None:
         """Start one background warm-up when the model should be loaded and is not."""
         if self.warming_up or self.model not in state.info.models:
             return  # A model the server does not have is a repair issue, not a warm-up.

@@ -30,7 +30,7 @@ from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
-    ServerCoordinator,
+    PollCoordinator,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.lanes import Lane
@@ -98,7 +98,7 @@ class LLMLanesEntity[CoordinatorT: DataUpdateCoordinator[Any]](
             )
 
 
-class ServerEntity(LLMLanesEntity[ServerCoordinator]):
+class ServerEntity(LLMLanesEntity[PollCoordinator]):
     """An entity written on every poll of the server."""
 
     def __init__(

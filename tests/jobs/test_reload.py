@@ -24,8 +24,7 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.jobs.model import JobStatus
 from custom_components.llm_lanes.jobs.store import storage_key
-
-from .support.requests import async_call_action
+from tests.support.requests import async_call_action
 
 
 @pytest.fixture

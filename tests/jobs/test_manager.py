@@ -33,9 +33,7 @@ from custom_components.llm_lanes.jobs.prompts import text_prompt
 from custom_components.llm_lanes.jobs.queue import MAX_FINISHED_JOBS, MAX_WAITING_JOBS
 from custom_components.llm_lanes.jobs.store import STORAGE_VERSION, storage_key
 from custom_components.llm_lanes.jobs.throttles import JobSettings
-
-from .support.entries import MODEL
-from .support.jobs import (
+from tests.jobs.support import (
     ANSWER,
     ENTRY_ID,
     LoadedScheduler,
@@ -43,6 +41,7 @@ from .support.jobs import (
     move_to,
     settings,
 )
+from tests.support.entries import MODEL
 
 ANSWER_TEXT = "".join(ANSWER)
 

@@ -8,7 +8,6 @@ from typing import Any
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.exceptions import ConfigEntryNotReady
 from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.typing import ConfigType
@@ -77,10 +76,6 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     )
     server = PollCoordinator(hass, entry, backend)
     await server.async_config_entry_first_refresh()
-    if (
-        not server.last_update_success
-    ):  # pragma: no cover - first refresh raises instead
-        raise ConfigEntryNotReady
 
     scheduler = Scheduler(backend, scheduler_settings(entry, server))
     activity = ActivityCoordinator(hass, entry, scheduler)

@@ -217,13 +217,18 @@ class PollCoordinator(EntryCoordinator[PollResult]):
                 )
             )
             if newly_down:
-                # Polls follow the interval from the end of the next one on: poll now.
+                # The coordinator plans its next poll as one ends: poll now, so that the next
+                # comes ``DOWN_POLL_INTERVAL`` after, not what is left of the regular interval.
                 self._async_poll_now()
         elif finished.error in SERVER_SUSPECT_ERRORS:
             self._async_poll_now()
 
     def _note_down(self) -> None:
-        """Note that the server does not answer: it is polled every ``DOWN_POLL_INTERVAL``."""
+        """Note that the server does not answer: it is polled every ``DOWN_POLL_INTERVAL``.
+
+        The interval applies from the end of the poll running (or the next one) on: the
+        coordinator plans each poll as the one before ends.
+        """
         if self.unreachable_since is None:
             self.unreachable_since = dt_util.utcnow()
         self.update_interval = DOWN_POLL_INTERVAL

@@ -1,10 +1,11 @@
 """Entity bases of LLM Lanes: one device per LLM server, availability from its coordinator.
 
-Every entity is a ``CoordinatorEntity`` of one of the entry's two coordinators: the server
+Every entity is a ``CoordinatorEntity`` of one of the entry's two coordinators: the poll
 coordinator (what the server reports, and whether it answers) or the activity coordinator (the
 scheduler's snapshots). Whichever it reads, an entity is unavailable while the server's last poll
-failed. Controls also follow the entry's options, job entities the entry's job manager, and the
-entities of subentries (agents, AI Task) get a device of their own, linked to the server's.
+failed. Controls show the scheduler's settings (written again whenever the entry's options
+change), job entities follow the entry's job manager, and the entities of subentries (agents,
+AI Task) get a device of their own, linked to the server's.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
+from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
 from custom_components.llm_lanes.backend_setup import build_backend
@@ -29,7 +30,10 @@ from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.dashboard import async_setup_dashboard
-from custom_components.llm_lanes.entity import server_device_info
+from custom_components.llm_lanes.entity import (
+    options_applied_signal,
+    server_device_info,
+)
 from custom_components.llm_lanes.gateway import async_register_gateway
 from custom_components.llm_lanes.gateway.clients import client_quotas
 from custom_components.llm_lanes.jobs.manager import JobManager
@@ -148,7 +152,7 @@ async def _async_entry_updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) 
             eager_start=False,
         )
         return
-    async_apply_options(entry)
+    async_apply_options(hass, entry)
 
 
 async def _async_reload(
@@ -160,11 +164,11 @@ async def _async_reload(
 
 
 @callback
-def async_apply_options(entry: LLMLanesConfigEntry) -> None:
+def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
     """Apply the entry's options to the running scheduler and jobs, without a reload.
 
-    The entities are written again, so the setting controls (numbers, select, switch) show what
-    the scheduler now runs with, whoever changed the options.
+    Then the setting controls (numbers, select, switch) are told, so they show what the
+    scheduler now runs with, whoever changed the options.
     """
     runtime = entry.runtime_data
     runtime.scheduler.update_settings(scheduler_settings(entry, runtime.server))
@@ -172,7 +176,7 @@ def async_apply_options(entry: LLMLanesConfigEntry) -> None:
     runtime.jobs.update_settings(
         job_settings_from_options(entry.options, runtime.jobs.settings)
     )
-    runtime.server.async_update_listeners()
+    async_dispatcher_send(hass, options_applied_signal(entry.entry_id))
 
 
 def scheduler_settings(

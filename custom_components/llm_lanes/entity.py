@@ -3,8 +3,8 @@
 Every entity is a ``CoordinatorEntity`` of one of the entry's two coordinators: the poll
 coordinator (what the server reports, and whether it answers) or the activity coordinator (the
 scheduler's snapshots). Whichever it reads, an entity is unavailable while the server's last poll
-failed. Controls show the scheduler's settings (written again whenever the entry's options
-change), job entities follow the entry's job manager, and the entities of subentries (agents,
+failed. Controls show the scheduler's settings (written again once the entry's options are
+applied), job entities follow the entry's job manager, and the entities of subentries (agents,
 AI Task) get a device of their own, linked to the server's.
 """
 
@@ -18,6 +18,7 @@ from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_URL, EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.device_registry import DeviceEntryType, DeviceInfo
+from homeassistant.helpers.dispatcher import async_dispatcher_connect
 from homeassistant.helpers.entity import Entity, EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.update_coordinator import (
@@ -38,6 +39,11 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.entry_defaults import SERVER_KIND_NAMES
 from custom_components.llm_lanes.jobs.manager import JobManager
+
+
+def options_applied_signal(entry_id: str) -> str:
+    """Name the dispatcher signal sent once the entry's options run in its scheduler."""
+    return f"{DOMAIN}_options_applied_{entry_id}"
 
 
 def server_url(entry: LLMLanesConfigEntry) -> str:
@@ -123,8 +129,9 @@ class SchedulerSettingEntity(ServerEntity):
     """A control that shows one scheduler setting and stores changes in the entry options.
 
     Its description's key is the option it is stored under. The entry's update listener applies
-    stored options to the scheduler at once (``async_apply_options``), then has the entities
-    written, so this one shows every change of its setting, its own and the options flow's.
+    stored options to the scheduler at once (``async_apply_options``), then signals it
+    (``options_applied_signal``), so this entity shows every change of its setting, its own and
+    the options flow's.
     """
 
     _attr_entity_category = EntityCategory.CONFIG
@@ -133,6 +140,17 @@ class SchedulerSettingEntity(ServerEntity):
     def settings(self) -> SchedulerSettings:
         """The settings the scheduler runs with now."""
         return self.entry.runtime_data.scheduler.settings
+
+    async def async_added_to_hass(self) -> None:
+        """Show the settings again whenever the entry's options have been applied."""
+        await super().async_added_to_hass()
+        self.async_on_remove(
+            async_dispatcher_connect(
+                self.hass,
+                options_applied_signal(self.entry.entry_id),
+                self.async_write_ha_state,
+            )
+        )
 
     def _store_option(self, value: Any) -> None:
         """Store the setting under its option (the description's key); the listener applies it."""

@@ -35,7 +35,7 @@ ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep syrupy's snapshots in ``tests/snapshots/`` (not ``__snapshots__`` beside each module)."""
+    """Keep syrupy's snapshots in a ``snapshots/`` folder beside their tests (not ``__snapshots__``)."""
     config.option.snapshot_dirname = "snapshots"
 
 

@@ -181,8 +181,10 @@ async def test_unload_stops_refreshing(
     assert await hass.config_entries.async_unload(entry.entry_id)
     await hass.async_block_till_done()
     events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
+    last = activity.data
 
     await async_flush_snapshots(hass, seconds=30)
 
     assert events == []
+    assert activity.data is last
     assert activity._unsub_timer is None  # noqa: SLF001 - the timer must be gone

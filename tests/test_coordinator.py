@@ -20,7 +20,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN, SUBENTRY_CONVERSATION
 from custom_components.llm_lanes.coordinator import (
     WARM_UP_RETRY_INTERVAL,
-    ServerCoordinator,
+    PollCoordinator,
 )
 from tools.simulator.server import SimConfig, SimulatedServer
 
@@ -84,7 +84,7 @@ def _loaded_model_sensor(hass: HomeAssistant, entry: MockConfigEntry) -> str:
     return state.state
 
 
-async def _poll(hass: HomeAssistant, server: ServerCoordinator) -> None:
+async def _poll(hass: HomeAssistant, server: PollCoordinator) -> None:
     await server.async_refresh()
     await hass.async_block_till_done(wait_background_tasks=True)
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from homeassistant.config_entries import UpdateListenerType
+from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
-from homeassistant.exceptions import ConfigEntryNotReady
 from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
+from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
 from custom_components.llm_lanes.backend_setup import build_backend
@@ -24,13 +24,16 @@ from custom_components.llm_lanes.coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
     LLMLanesRuntimeData,
-    ServerCoordinator,
+    PollCoordinator,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.dashboard import async_setup_dashboard
-from custom_components.llm_lanes.entity import server_device_info
+from custom_components.llm_lanes.entity import (
+    options_applied_signal,
+    server_device_info,
+)
 from custom_components.llm_lanes.gateway import async_register_gateway
 from custom_components.llm_lanes.gateway.clients import client_quotas
 from custom_components.llm_lanes.jobs.manager import JobManager
@@ -75,12 +78,8 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         entry.data[CONF_URL],
         entry.data.get(CONF_API_KEY),
     )
-    server = ServerCoordinator(hass, entry, backend)
+    server = PollCoordinator(hass, entry, backend)
     await server.async_config_entry_first_refresh()
-    if (
-        not server.last_update_success
-    ):  # pragma: no cover - first refresh raises instead
-        raise ConfigEntryNotReady
 
     scheduler = Scheduler(backend, scheduler_settings(entry, server))
     activity = ActivityCoordinator(hass, entry, scheduler)
@@ -101,6 +100,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         activity=activity,
         jobs=jobs,
         requesters=requesters,
+        data=dict(entry.data),
         subentries=subentry_signature(entry),
     )
     entry.async_on_unload(scheduler.close)
@@ -112,7 +112,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     # before the scheduler closes under them.
     entry.async_on_unload(jobs.async_stop)
 
-    entry.async_on_unload(entry.add_update_listener(_entry_listener(entry)))
+    entry.async_on_unload(entry.add_update_listener(_async_entry_updated))
     # The server's device first, so the agents' devices can hang off it (via_device).
     entry.runtime_data.device_id = (
         dr.async_get(hass)
@@ -126,53 +126,61 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     return True
 
 
-def _entry_listener(entry: LLMLanesConfigEntry) -> UpdateListenerType:
-    """Follow changes of the entry: options apply live, other changes reload it.
+async def _async_entry_updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+    """Follow changes of the entry: options apply at once, other changes reload it.
 
     The data (URL, key, model: a reconfigure, a reauth, the model repair) and the subentries
     (agents, AI Task entities) are what the set-up was built from, so a change of either reloads
-    the entry, once however many changes land together. The flows only store these changes:
-    Home Assistant wants an entry with an update listener to reload from it.
-    Gateway clients are not among those subentries: they need no entities (their keys are looked
-    up per request, their quotas are scheduler settings).
+    the entry. The flows only store these changes: Home Assistant wants an entry with an update
+    listener to reload from it. Gateway clients are not among those subentries: they need no
+    entities (their keys are looked up per request, their quotas are scheduler settings).
+
+    A flow may store several such changes in one step (a reconfigure renames the agents, then
+    stores the data), and this listener runs at each. The reload waits for the end of the step
+    (its task starts on the next turn of the loop), so that its set-up reads every change, and
+    runs once: the first of these tasks replaces the set-up the others were started for.
     """
-    loaded_data = dict(entry.data)
-    reloading = False
+    runtime = entry.runtime_data
+    if (
+        dict(entry.data) != runtime.data
+        or subentry_signature(entry) != runtime.subentries
+    ):
+        entry.async_create_task(
+            hass,
+            _async_reload(hass, entry, runtime),
+            f"{DOMAIN} reload {entry.title}",
+            eager_start=False,
+        )
+        return
+    async_apply_options(hass, entry)
 
-    async def updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
-        nonlocal reloading
-        if reloading:
-            return
-        if (
-            dict(entry.data) != loaded_data
-            or subentry_signature(entry) != entry.runtime_data.subentries
-        ):
-            reloading = True
-            # On the next turn of the loop: a flow stores several changes in one step (the
-            # agents' titles, then the data), each calling this listener at once; the reload
-            # must start after the last of them.
-            hass.loop.call_soon(
-                hass.config_entries.async_schedule_reload, entry.entry_id
-            )
-            return
-        async_apply_options(entry)
 
-    return updated
+async def _async_reload(
+    hass: HomeAssistant, entry: LLMLanesConfigEntry, runtime: LLMLanesRuntimeData
+) -> None:
+    """Reload the entry, unless it no longer runs the set-up ``runtime`` (a reload came first)."""
+    if entry.state is ConfigEntryState.LOADED and entry.runtime_data is runtime:
+        hass.config_entries.async_schedule_reload(entry.entry_id)
 
 
 @callback
-def async_apply_options(entry: LLMLanesConfigEntry) -> None:
-    """Apply the entry's options to the running scheduler and jobs, without a reload."""
+def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+    """Apply the entry's options to the running scheduler and jobs, without a reload.
+
+    Then the setting controls (numbers, select, switch) are told, so they show what the
+    scheduler now runs with, whoever changed the options.
+    """
     runtime = entry.runtime_data
     runtime.scheduler.update_settings(scheduler_settings(entry, runtime.server))
     runtime.requesters.allow(runtime.scheduler.settings.requester_quotas)
     runtime.jobs.update_settings(
         job_settings_from_options(entry.options, runtime.jobs.settings)
     )
+    async_dispatcher_send(hass, options_applied_signal(entry.entry_id))
 
 
 def scheduler_settings(
-    entry: LLMLanesConfigEntry, server: ServerCoordinator
+    entry: LLMLanesConfigEntry, server: PollCoordinator
 ) -> SchedulerSettings:
     """Build the scheduler settings of the entry's options, bounded by what the server last said.
 

@@ -15,7 +15,7 @@ from custom_components.llm_lanes.entity import (
     LLMLanesSubentryEntity,
     subentry_platform_setup,
 )
-from custom_components.llm_lanes.errors import failure
+from custom_components.llm_lanes.error_translation import failure
 from custom_components.llm_lanes.requesters import (
     AI_TASK_REQUESTER,
     requester_for_context,

@@ -21,7 +21,7 @@ from custom_components.llm_lanes.core.model import (
     ToolSpec,
 )
 from custom_components.llm_lanes.core.scheduler import Scheduler
-from custom_components.llm_lanes.errors import translated_errors
+from custom_components.llm_lanes.error_translation import translated_errors
 
 MAX_TOOL_ITERATIONS = 10
 """Rounds of tool calls one turn may take before we stop asking the model."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from homeassistant.config_entries import (
     ConfigEntry,
+    ConfigEntryState,
     ConfigFlow,
     ConfigFlowResult,
     ConfigSubentryFlow,
@@ -276,15 +277,16 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     ) -> ConfigFlowResult:
         """Store the entry's new data and finish; the entry then reloads with it.
 
-        A loaded entry reloads from its update listener (Home Assistant wants the listener to do
-        it when there is one); an entry that is not loaded has none, so this flow reloads it.
+        A loaded entry follows its own changes: its update listener reloads it (Home Assistant
+        wants an entry that has one to reload from it). One that is not loaded (its set-up
+        failed, or waits for a retry) has no listener: this flow sets it up again.
         """
         changes: dict[str, Any] = {"data": data}
         if unique_id is not None:
             changes["unique_id"] = unique_id
         if title is not None:
             changes["title"] = title
-        if entry.update_listeners:
+        if entry.state is ConfigEntryState.LOADED:
             return self.async_update_and_abort(entry, **changes)
         return self.async_update_reload_and_abort(entry, **changes)
 

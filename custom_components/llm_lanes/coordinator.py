@@ -1,22 +1,23 @@
 """The two coordinators of an LLM server entry, and what a loaded entry holds at run time.
 
-``ServerCoordinator`` polls the server's health, identity and live load, and keeps its model
-loaded. Requests tell it sooner than a poll would: one that cannot connect marks the server down at
-once, one that times out or is cut short has the server polled at once, and while the server is
-down it is polled every few seconds, so "Server reachable" follows the server within seconds.
+``PollCoordinator`` polls the server's health, identity and live load, and keeps its model
+loaded. Its poll interval says whether the server answers: ``SERVER_POLL_INTERVAL`` while it does,
+``DOWN_POLL_INTERVAL`` (seconds) while it does not, so "Server reachable" follows the server within
+seconds. Requests tell it sooner than a poll would: one that cannot connect marks the server down
+at once (and has it polled), one that times out or is cut short has the server polled at once.
 
-``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished event: the
-scheduler tells it when a request leaves, never about individual tokens, and its refreshes go
-through one debouncer, so a server's entities are updated at most once a second however busy it
-is. A timer also refreshes every few seconds while requests are queued or in flight (so queue depth
-and in-flight sensors move during long generations), and more slowly when idle (so windowed rates
-decay to zero and newly started requests show up).
+``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished event. It
+polls nothing: snapshots are pushed to it, through one debouncer, so a server's entities are
+updated at most once a second however busy it is. The scheduler tells it when a request leaves,
+never about individual tokens, and a timer asks for a snapshot every few seconds while requests
+are queued or in flight (so queue depth and in-flight sensors move during long generations), and
+more slowly when idle (so windowed rates decay to zero and newly started requests show up).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -60,7 +61,7 @@ class LLMLanesRuntimeData:
 
     backend: Backend
     scheduler: Scheduler
-    server: ServerCoordinator
+    server: PollCoordinator
     """Polls the server's health, info and metrics."""
     activity: ActivityCoordinator
     """Scheduler snapshots pushed by the scheduler, at most once a second."""
@@ -68,10 +69,12 @@ class LLMLanesRuntimeData:
     """Queues, throttles and runs the entry's nightly summarization jobs."""
     requesters: RequesterRegistry
     """The requesters the server charges under their own id (the rest are ``other``)."""
+    data: dict[str, Any]
+    """The entry's data the set-up was built from (URL, key, model); a change reloads."""
+    subentries: dict[str, tuple[str, str, dict[str, Any]]]
+    """Subentries the entities were built from (id -> type, title, data); a change reloads."""
     device_id: str = ""
     """Device registry id of the server's device (the agents' devices hang off it)."""
-    subentries: dict[str, tuple[str, str, dict[str, Any]]] = field(default_factory=dict)
-    """Subentries the entities were built from (id -> type, title, data); a change reloads."""
 
 
 type LLMLanesConfigEntry = ConfigEntry[LLMLanesRuntimeData]
@@ -107,7 +110,7 @@ server is polled at once."""
 
 
 @dataclass(frozen=True, slots=True)
-class ServerState:
+class PollResult:
     """What the server said at the last successful poll."""
 
     info: ServerInfo
@@ -138,7 +141,6 @@ class EntryCoordinator[DataT](DataUpdateCoordinator[DataT]):
         role: str,
         *,
         update_interval: timedelta | None,
-        request_refresh_debouncer: Debouncer[Any] | None = None,
     ) -> None:
         """Bind the coordinator to ``entry``; ``role`` names it in the logs."""
         super().__init__(
@@ -147,11 +149,10 @@ class EntryCoordinator[DataT](DataUpdateCoordinator[DataT]):
             config_entry=entry,
             name=f"{DOMAIN} {role} {entry.title}",
             update_interval=update_interval,
-            request_refresh_debouncer=request_refresh_debouncer,
         )
 
 
-class ServerCoordinator(EntryCoordinator[ServerState]):
+class PollCoordinator(EntryCoordinator[PollResult]):
     """Polls ``server_info`` and ``metrics``; entities go unavailable when a poll fails.
 
     It also keeps the configured model warm: at set-up, and whenever a poll finds it unloaded
@@ -198,24 +199,38 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
             if not self.last_update_success:
                 self._async_poll_now()  # it answers again
         elif finished.error in SERVER_DOWN_ERRORS:
-            self._async_set_unreachable(
+            newly_down = self.unreachable_since is None
+            self._note_down()
+            self.async_set_update_error(
                 UpdateFailed(
                     translation_domain=DOMAIN,
                     translation_key="request_cannot_connect",
                 )
             )
+            if newly_down:
+                # The coordinator plans its next poll as one ends: poll now, so that the next
+                # comes ``DOWN_POLL_INTERVAL`` after, not what is left of the regular interval.
+                self._async_poll_now()
         elif finished.error in SERVER_SUSPECT_ERRORS:
             self._async_poll_now()
 
-    @callback
-    def _async_set_unreachable(self, err: UpdateFailed) -> None:
-        """Show the server as down now and poll it every few seconds until it answers."""
+    def _note_down(self) -> None:
+        """Note that the server does not answer: it is polled every ``DOWN_POLL_INTERVAL``.
+
+        The interval applies from the end of the poll running (or the next one) on: the
+        coordinator plans each poll as the one before ends.
+        """
         if self.unreachable_since is None:
             self.unreachable_since = dt_util.utcnow()
-        if self.update_interval != DOWN_POLL_INTERVAL:
-            self.update_interval = DOWN_POLL_INTERVAL
-            self._schedule_refresh()
-        self.async_set_update_error(err)
+        self.update_interval = DOWN_POLL_INTERVAL
+
+    def _note_up(self) -> None:
+        """Note that the server answers: it is polled every ``SERVER_POLL_INTERVAL``."""
+        self.update_interval = SERVER_POLL_INTERVAL
+        if self.unreachable_since is not None:
+            # Back after an outage (perhaps a restart that unloaded the model): try at once.
+            self._warm_up_not_before = None
+            self.unreachable_since = None
 
     @callback
     def _async_poll_now(self) -> None:
@@ -225,7 +240,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
                 self.hass, self.async_refresh(), name=f"{DOMAIN} poll {self.name}"
             )
 
-    async def _async_update_data(self) -> ServerState:
+    async def _async_update_data(self) -> PollResult:
         """Ask the server what it is and how loaded it is."""
         try:
             info = await self.backend.server_info()
@@ -235,20 +250,14 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
                 translation_domain=DOMAIN, translation_key="invalid_auth"
             ) from err
         except BackendError as err:
-            if self.unreachable_since is None:
-                self.unreachable_since = dt_util.utcnow()
-            self.update_interval = DOWN_POLL_INTERVAL
+            self._note_down()
             raise UpdateFailed(
                 translation_domain=DOMAIN,
                 translation_key="update_failed",
                 translation_placeholders={"error": str(err)},
             ) from err
-        self.update_interval = SERVER_POLL_INTERVAL
-        if self.unreachable_since is not None:
-            # Back after an outage (perhaps a restart that unloaded the model): try at once.
-            self._warm_up_not_before = None
-            self.unreachable_since = None
-        state = ServerState(
+        self._note_up()
+        state = PollResult(
             info=info,
             metrics=metrics,
             model_loaded=model_is_loaded(self.model, info, metrics),
@@ -285,7 +294,7 @@ class ServerCoordinator(EntryCoordinator[ServerState]):
             return
         self._async_start_warm_up(already_loaded=False)
 
-    def _async_maybe_warm_up(self, state: ServerState) -> None:
+    def _async_maybe_warm_up(self, state: PollResult) -> None:
         """Start one background warm-up when the model should be loaded and is not."""
         if self.warming_up or self.model not in state.info.models:
             return  # A model the server does not have is a repair issue, not a warm-up.
@@ -377,22 +386,25 @@ def request_finished_event_data(
 
 
 class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
-    """Holds the latest scheduler snapshot of one server, refreshed at most once a second."""
+    """Holds the latest scheduler snapshot of one server, taken at most once a second.
+
+    The first snapshot is the set-up's refresh; every later one is pushed
+    (``async_set_updated_data``) by one debouncer, which a finished request and the timer call.
+    """
 
     def __init__(
         self, hass: HomeAssistant, entry: LLMLanesConfigEntry, scheduler: Scheduler
     ) -> None:
         """Follow ``scheduler``; nothing happens until ``async_setup``."""
-        super().__init__(
-            hass,
-            entry,
-            "activity",
-            update_interval=None,
-            request_refresh_debouncer=Debouncer(
-                hass, LOGGER, cooldown=REFRESH_COOLDOWN_S, immediate=True
-            ),
-        )
+        super().__init__(hass, entry, "activity", update_interval=None)
         self.scheduler = scheduler
+        self._snapshots: Debouncer[None] = Debouncer(
+            hass,
+            LOGGER,
+            cooldown=REFRESH_COOLDOWN_S,
+            immediate=True,
+            function=self._async_push_snapshot,
+        )
         self._unsub_timer: CALLBACK_TYPE | None = None
 
     async def async_setup(self) -> None:
@@ -403,7 +415,22 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
         await self.async_config_entry_first_refresh()
 
     async def _async_update_data(self) -> SchedulerSnapshot:
-        """Take a snapshot (cheap, in memory) and plan the next timed one."""
+        """Take a snapshot (cheap, in memory)."""
+        return self._take_snapshot()
+
+    async def async_shutdown(self) -> None:
+        """Stop the timer and the debouncer with the coordinator."""
+        self._cancel_timer()
+        self._snapshots.async_shutdown()
+        await super().async_shutdown()
+
+    @callback
+    def _async_push_snapshot(self) -> None:
+        self.async_set_updated_data(self._take_snapshot())
+
+    @callback
+    def _take_snapshot(self) -> SchedulerSnapshot:
+        """Take a snapshot and plan the next timed one."""
         snapshot = self.scheduler.snapshot()
         self._schedule_timer(
             BUSY_REFRESH_INTERVAL
@@ -412,16 +439,6 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
         )
         return snapshot
 
-    async def async_shutdown(self) -> None:
-        """Stop the timer with the coordinator."""
-        self._cancel_timer()
-        await super().async_shutdown()
-
-    @callback
-    def async_schedule_refresh(self) -> None:
-        """Ask for a snapshot soon, respecting the one-second cooldown."""
-        self._debounced_refresh.async_schedule_call()
-
     @callback
     def _async_request_finished(self, finished: FinishedRequest) -> None:
         """Fire the event for one finished request and ask for a fresh snapshot."""
@@ -429,7 +446,7 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
             EVENT_REQUEST_FINISHED,
             request_finished_event_data(self.config_entry.entry_id, finished),
         )
-        self.async_schedule_refresh()
+        self._snapshots.async_schedule_call()
 
     @callback
     def _schedule_timer(self, delay: timedelta) -> None:
@@ -439,7 +456,7 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
     @callback
     def _async_timer_fired(self, _now: Any) -> None:
         self._unsub_timer = None
-        self.async_schedule_refresh()
+        self._snapshots.async_schedule_call()
 
     @callback
     def _cancel_timer(self) -> None:

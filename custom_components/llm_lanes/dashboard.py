@@ -202,8 +202,30 @@ def server_view(
 ) -> dict[str, Any]:
     """Build the view of one server (a *sections* view)."""
     entities = _Entities(hass, entry)
-    lanes = list(LANES)
-    now = _section(
+    latency = _latency_section(entities)
+    sections = [
+        _now_section(entities),
+        latency,
+        _load_section(entities),
+        _tokens_section(entities),
+        _jobs_section(entities),
+    ]
+    # Once every section has looked its entities up: the disabled ones are all known.
+    if entities.disabled:
+        latency["cards"].append(_disabled_note(entities.disabled))
+    return {
+        "type": "sections",
+        "title": entry.title,
+        "path": f"server-{index + 1}",
+        "icon": "mdi:highway",
+        "max_columns": 3,
+        "sections": sections,
+    }
+
+
+def _now_section(entities: _Entities) -> dict[str, Any]:
+    """Tiles of what the server does now: goodput, load, reachability, background paused."""
+    return _section(
         "Now",
         *_tiles(
             [
@@ -216,19 +238,27 @@ def server_view(
             ]
         ),
     )
-    latency = _section(
+
+
+def _latency_section(entities: _Entities) -> dict[str, Any]:
+    """Each lane's time to first token and inter-token latency (p95) over the last day."""
+    return _section(
         "Latency per lane",
         _history(
             "Time to first token p95",
-            entities.sensors([f"{lane.key}_ttft_p95" for lane in lanes]),
+            entities.sensors([f"{lane.key}_ttft_p95" for lane in LANES]),
         ),
         _history(
             "Inter-token latency p95",
-            entities.sensors([f"{lane.key}_itl_p95" for lane in lanes]),
+            entities.sensors([f"{lane.key}_itl_p95" for lane in LANES]),
         ),
     )
-    served = entities.sensors([f"{lane.key}_requests_served" for lane in lanes])
-    load = _section(
+
+
+def _load_section(entities: _Entities) -> dict[str, Any]:
+    """Queues and sequences in flight over the day, goodput, the requests each lane served."""
+    served = entities.sensors([f"{lane.key}_requests_served" for lane in LANES])
+    return _section(
         "Load",
         _history(
             "Queue and sequences in flight",
@@ -236,7 +266,7 @@ def server_view(
                 [
                     "queue_depth",
                     "in_flight",
-                    *(f"{lane.key}_queue_depth" for lane in lanes),
+                    *(f"{lane.key}_queue_depth" for lane in LANES),
                 ]
             ),
         ),
@@ -244,13 +274,21 @@ def server_view(
         _daily_bars("Requests served per day", served),
         _list("Total requests served", list(served)),
     )
+
+
+def _tokens_section(entities: _Entities) -> dict[str, Any]:
+    """Every requester's tokens, per day and in all."""
     requesters = entities.requester_sensors()
-    tokens = _section(
+    return _section(
         "Tokens per requester",
         _daily_bars("Tokens per day", requesters),
         _list("Total tokens", list(requesters)),
     )
-    jobs = _section(
+
+
+def _jobs_section(entities: _Entities) -> dict[str, Any]:
+    """Tonight's jobs: waiting and done, their tokens and budget, and the pause switch."""
+    return _section(
         "Tonight's jobs",
         _list(
             None,
@@ -267,22 +305,14 @@ def server_view(
             ],
         ),
     )
-    sections = [now, latency, load, tokens, jobs]
-    if entities.disabled:
-        latency["cards"].append(
-            {
-                "type": "markdown",
-                "content": "Not shown until enabled: "
-                + ", ".join(sorted(entities.disabled))
-                + ". Enable them in *Settings → Devices & services → Entities* "
-                "(select them, then *Enable selected*).",
-            },
-        )
+
+
+def _disabled_note(disabled: list[str]) -> dict[str, Any]:
+    """Name the figures left out until the user enables them, and say where."""
     return {
-        "type": "sections",
-        "title": entry.title,
-        "path": f"server-{index + 1}",
-        "icon": "mdi:highway",
-        "max_columns": 3,
-        "sections": sections,
+        "type": "markdown",
+        "content": "Not shown until enabled: "
+        + ", ".join(sorted(disabled))
+        + ". Enable them in *Settings → Devices & services → Entities* "
+        "(select them, then *Enable selected*).",
     }

@@ -1,10 +1,11 @@
 """Entity bases of LLM Lanes: one device per LLM server, availability from its coordinator.
 
-Every entity is a ``CoordinatorEntity`` of one of the entry's two coordinators: the server
+Every entity is a ``CoordinatorEntity`` of one of the entry's two coordinators: the poll
 coordinator (what the server reports, and whether it answers) or the activity coordinator (the
 scheduler's snapshots). Whichever it reads, an entity is unavailable while the server's last poll
-failed. Controls also follow the entry's options, job entities the entry's job manager, and the
-entities of subentries (agents, AI Task) get a device of their own, linked to the server's.
+failed. Controls show the scheduler's settings (written again once the entry's options are
+applied), job entities follow the entry's job manager, and the entities of subentries (agents,
+AI Task) get a device of their own, linked to the server's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from homeassistant.const import CONF_URL, EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import translation
 from homeassistant.helpers.device_registry import DeviceEntryType, DeviceInfo
+from homeassistant.helpers.dispatcher import async_dispatcher_connect
 from homeassistant.helpers.entity import Entity, EntityDescription
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.update_coordinator import (
@@ -31,7 +33,7 @@ from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
-    ServerCoordinator,
+    PollCoordinator,
 )
 from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.kinds import server_profile
@@ -55,6 +57,11 @@ async def async_lane_names(hass: HomeAssistant) -> dict[Lane, str]:
         )
         for lane in LANES
     }
+
+
+def options_applied_signal(entry_id: str) -> str:
+    """Name the dispatcher signal sent once the entry's options run in its scheduler."""
+    return f"{DOMAIN}_options_applied_{entry_id}"
 
 
 def server_url(entry: LLMLanesConfigEntry) -> str:
@@ -116,7 +123,7 @@ class LLMLanesEntity[CoordinatorT: DataUpdateCoordinator[Any]](
             )
 
 
-class ServerEntity(LLMLanesEntity[ServerCoordinator]):
+class ServerEntity(LLMLanesEntity[PollCoordinator]):
     """An entity written on every poll of the server."""
 
     def __init__(
@@ -139,10 +146,10 @@ class ActivityEntity(LLMLanesEntity[ActivityCoordinator]):
 class SchedulerSettingEntity(ServerEntity):
     """A control that shows one scheduler setting and stores changes in the entry options.
 
-    Its description's key is the option it is stored under.
-
-    The options update listener applies stored options to the scheduler live; this entity writes
-    its state on every options change, its own and the options flow's.
+    Its description's key is the option it is stored under. The entry's update listener applies
+    stored options to the scheduler at once (``async_apply_options``), then signals it
+    (``options_applied_signal``), so this entity shows every change of its setting, its own and
+    the options flow's.
     """
 
     _attr_entity_category = EntityCategory.CONFIG
@@ -153,14 +160,15 @@ class SchedulerSettingEntity(ServerEntity):
         return self.entry.runtime_data.scheduler.settings
 
     async def async_added_to_hass(self) -> None:
-        """Follow option changes."""
+        """Show the settings again whenever the entry's options have been applied."""
         await super().async_added_to_hass()
-        self.async_on_remove(self.entry.add_update_listener(self._async_entry_updated))
-
-    async def _async_entry_updated(
-        self, hass: HomeAssistant, entry: LLMLanesConfigEntry
-    ) -> None:
-        self.async_write_ha_state()
+        self.async_on_remove(
+            async_dispatcher_connect(
+                self.hass,
+                options_applied_signal(self.entry.entry_id),
+                self.async_write_ha_state,
+            )
+        )
 
     def _store_option(self, value: Any) -> None:
         """Store the setting under its option (the description's key); the listener applies it."""

@@ -26,7 +26,7 @@ from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from custom_components.llm_lanes.const import LOGGER
-from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, ServerState
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, PollResult
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.snapshot import LaneSnapshot, SchedulerSnapshot
 from custom_components.llm_lanes.entity import (
@@ -66,8 +66,8 @@ class ActivitySensorDescription(SensorEntityDescription):
 class ServerSensorDescription(SensorEntityDescription):
     """A sensor read from what the server reports."""
 
-    exists_fn: Callable[[ServerState], bool] = lambda _: True
-    value_fn: Callable[[ServerState], SensorValue]
+    exists_fn: Callable[[PollResult], bool] = lambda _: True
+    value_fn: Callable[[PollResult], SensorValue]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +206,7 @@ ACTIVITY_SENSORS: tuple[ActivitySensorDescription, ...] = (
 )
 
 
-def _loaded_model(state: ServerState) -> str | None:
+def _loaded_model(state: PollResult) -> str | None:
     loaded = state.metrics.loaded_models or state.info.loaded_models
     # A state holds at most 255 characters; a server with many resident models is cut short.
     return ", ".join(loaded)[:255] if loaded else None

@@ -50,7 +50,10 @@ from custom_components.llm_lanes.core.bench.workload import load_scenario
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
-from custom_components.llm_lanes.errors import translated_errors, validation_error
+from custom_components.llm_lanes.error_translation import (
+    translated_errors,
+    validation_error,
+)
 from custom_components.llm_lanes.jobs.delivery import notify_target_exists
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import Job, JobSpec, JobStatus

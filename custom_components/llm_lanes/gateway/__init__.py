@@ -5,7 +5,7 @@ Every other LLM client of the home (Open WebUI, scripts, phone apps, Home Assist
 own agents: each client (a ``client`` subentry of a server entry) has a key, a lane and a
 requester. ``openai_api`` and ``ollama_api`` hold the views, ``auth`` who is calling,
 ``clients`` the client subentries, ``serving`` which server answers and what a request becomes,
-``relay`` the HTTP side of a stream, ``errors`` the statuses.
+``relay`` the HTTP side of a stream, ``http_errors`` the statuses.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from homeassistant.helpers.http import KEY_AUTHENTICATED, KEY_HASS
 
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.gateway.clients import OLLAMA_PATH, find_client
-from custom_components.llm_lanes.gateway.errors import unauthorized
+from custom_components.llm_lanes.gateway.http_errors import unauthorized
 from custom_components.llm_lanes.requesters import user_requester
 
 REDACTED = "**REDACTED**"

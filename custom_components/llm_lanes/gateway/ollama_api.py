@@ -20,10 +20,10 @@ from custom_components.llm_lanes.core.protocols.common import ParsedChat
 from custom_components.llm_lanes.core.protocols.fields import Fields
 from custom_components.llm_lanes.gateway.auth import Caller, async_authenticate
 from custom_components.llm_lanes.gateway.clients import OLLAMA_PATH
-from custom_components.llm_lanes.gateway.errors import OLLAMA_WIRE
+from custom_components.llm_lanes.gateway.http_errors import OLLAMA_WIRE
 from custom_components.llm_lanes.gateway.relay import Handler, read_json, serve
 from custom_components.llm_lanes.gateway.serving import (
-    Server,
+    ServingEntry,
     async_answer,
     async_embed,
     server_for,
@@ -68,7 +68,7 @@ async def _async_serve(
     )
 
 
-def _server(request: web.Request, caller: Caller) -> Server:
+def _server(request: web.Request, caller: Caller) -> ServingEntry:
     return servers_for(request.app[KEY_HASS], caller)[0]
 
 

@@ -24,7 +24,7 @@ from custom_components.llm_lanes.gateway.auth import (
     bearer_key,
 )
 from custom_components.llm_lanes.gateway.clients import OPENAI_PATH
-from custom_components.llm_lanes.gateway.errors import OPENAI_WIRE, model_not_found
+from custom_components.llm_lanes.gateway.http_errors import OPENAI_WIRE, model_not_found
 from custom_components.llm_lanes.gateway.relay import Handler, read_json, serve
 from custom_components.llm_lanes.gateway.serving import (
     async_answer,

@@ -27,7 +27,7 @@ from custom_components.llm_lanes.core.errors import LanesError
 from custom_components.llm_lanes.core.model import StreamChunk, TokenUsage
 from custom_components.llm_lanes.core.protocols.common import StreamEncoder
 from custom_components.llm_lanes.gateway.auth import Caller
-from custom_components.llm_lanes.gateway.errors import (
+from custom_components.llm_lanes.gateway.http_errors import (
     GatewayError,
     Wire,
     http_error_of,

@@ -34,7 +34,7 @@ from custom_components.llm_lanes.core.protocols.common import (
     estimated_prompt,
 )
 from custom_components.llm_lanes.gateway.auth import Caller
-from custom_components.llm_lanes.gateway.errors import (
+from custom_components.llm_lanes.gateway.http_errors import (
     Wire,
     model_not_found,
     unavailable,
@@ -43,7 +43,7 @@ from custom_components.llm_lanes.gateway.relay import embeddings_of, relay
 
 
 @dataclass(frozen=True, slots=True)
-class Server:
+class ServingEntry:
     """A loaded server entry that answers gateway requests."""
 
     entry: LLMLanesConfigEntry
@@ -93,13 +93,13 @@ def _full_name(model: str) -> str:
     return model if ":" in model else f"{model}:latest"
 
 
-def _loaded(entry: ConfigEntry) -> Server:
+def _loaded(entry: ConfigEntry) -> ServingEntry:
     """Return the server of a client's entry (503 when it is not set up or does not answer)."""
     if entry.state is not ConfigEntryState.LOADED:
         raise unavailable(
             f"the LLM server {entry.title!r} is not available ({entry.state.value})"
         )
-    server = Server(entry)
+    server = ServingEntry(entry)
     coordinator = server.runtime.server
     if not coordinator.last_update_success:
         raise unavailable(
@@ -109,12 +109,12 @@ def _loaded(entry: ConfigEntry) -> Server:
     return server
 
 
-def servers_for(hass: HomeAssistant, caller: Caller) -> list[Server]:
+def servers_for(hass: HomeAssistant, caller: Caller) -> list[ServingEntry]:
     """Return the servers a caller may use: its client's, or every loaded one (503: none)."""
     if caller.entry is not None:
         return [_loaded(caller.entry)]
     found = [
-        Server(entry)
+        ServingEntry(entry)
         for entry in hass.config_entries.async_loaded_entries(DOMAIN)
         if entry.runtime_data.server.last_update_success
     ]
@@ -123,7 +123,9 @@ def servers_for(hass: HomeAssistant, caller: Caller) -> list[Server]:
     return found
 
 
-def server_for(hass: HomeAssistant, caller: Caller, model: str) -> tuple[Server, str]:
+def server_for(
+    hass: HomeAssistant, caller: Caller, model: str
+) -> tuple[ServingEntry, str]:
     """Return the server that answers a request for ``model``, and its name (404: none)."""
     for server in servers_for(hass, caller):
         if (name := server.served_model(model)) is not None:
@@ -134,7 +136,7 @@ def server_for(hass: HomeAssistant, caller: Caller, model: str) -> tuple[Server,
 def fit(
     request: ChatRequest,
     caller: Caller,
-    server: Server,
+    server: ServingEntry,
     model: str,
     *,
     ollama_client: bool,

@@ -10,7 +10,7 @@ from homeassistant.exceptions import HomeAssistantError
 import probatio
 
 from custom_components.llm_lanes.const import DOMAIN, EVENT_SUMMARY_READY, LOGGER
-from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.error_translation import validation_error
 from custom_components.llm_lanes.jobs.model import Job, iso_or_none
 
 

@@ -34,7 +34,7 @@ from custom_components.llm_lanes.core.errors import LanesError, SchedulerClosedE
 from custom_components.llm_lanes.core.lanes import Lane, LaneLimits
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
-from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.error_translation import validation_error
 from custom_components.llm_lanes.jobs.delivery import async_deliver
 from custom_components.llm_lanes.jobs.model import Job, JobSpec, JobStatus, WaitReason
 from custom_components.llm_lanes.jobs.queue import JobQueue

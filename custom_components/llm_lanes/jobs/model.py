@@ -218,36 +218,36 @@ class Job:
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> Job:
-        """Rebuild a job from the store."""
+        """Rebuild a job from what ``as_stored`` wrote."""
         return cls(
             id=data["id"],
-            name=data.get("name"),
+            name=data["name"],
             requester=data["requester"],
-            user_id=data.get("user_id"),
+            user_id=data["user_id"],
             created_at=_parse_dt(data["created_at"]),
-            system_prompt=data.get("system_prompt", ""),
+            system_prompt=data["system_prompt"],
             prompt=data["prompt"],
-            prompt_note=data.get("prompt_note"),
-            prompt_tokens_estimate=int(data.get("prompt_tokens_estimate", 0)),
-            max_output_tokens=data.get("max_output_tokens"),
-            run_now=bool(data.get("run_now", False)),
-            notify_target=data.get("notify_target"),
-            persistent_notification=bool(data.get("persistent_notification", False)),
+            prompt_note=data["prompt_note"],
+            prompt_tokens_estimate=data["prompt_tokens_estimate"],
+            max_output_tokens=data["max_output_tokens"],
+            run_now=data["run_now"],
+            notify_target=data["notify_target"],
+            persistent_notification=data["persistent_notification"],
             status=JobStatus(data["status"]),
-            attempts=int(data.get("attempts", 0)),
-            interrupted=bool(data.get("interrupted", False)),
-            last_error=data.get("last_error"),
+            attempts=data["attempts"],
+            interrupted=data["interrupted"],
+            last_error=data["last_error"],
             wait_reason=WaitReason(data["wait_reason"])
-            if data.get("wait_reason")
+            if data["wait_reason"] is not None
             else None,
-            not_before=_parse_optional_dt(data.get("not_before")),
-            started_at=_parse_optional_dt(data.get("started_at")),
-            finished_at=_parse_optional_dt(data.get("finished_at")),
-            text=data.get("text"),
-            prompt_tokens=int(data.get("prompt_tokens", 0)),
-            output_tokens=int(data.get("output_tokens", 0)),
-            token_source=data.get("token_source"),
-            ttft_s=data.get("ttft_s"),
+            not_before=_parse_optional_dt(data["not_before"]),
+            started_at=_parse_optional_dt(data["started_at"]),
+            finished_at=_parse_optional_dt(data["finished_at"]),
+            text=data["text"],
+            prompt_tokens=data["prompt_tokens"],
+            output_tokens=data["output_tokens"],
+            token_source=data["token_source"],
+            ttft_s=data["ttft_s"],
         )
 
     def as_response(self) -> dict[str, Any]:

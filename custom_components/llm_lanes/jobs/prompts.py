@@ -23,7 +23,7 @@ from custom_components.llm_lanes.core.tokens import (
     TOKENS_PER_MESSAGE,
     estimate_text_tokens,
 )
-from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.error_translation import validation_error
 
 SYSTEM_PROMPT = (
     "You write short, clear summaries for the people of a household. "

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from homeassistant.core import HomeAssistant, callback
 
-from custom_components.llm_lanes.errors import validation_error
+from custom_components.llm_lanes.error_translation import validation_error
 from custom_components.llm_lanes.jobs.model import Job, JobStatus
 from custom_components.llm_lanes.jobs.store import SAVE_DELAY_S, JobStore, JobStoreData
 from custom_components.llm_lanes.jobs.throttles import NightLedger

@@ -18,8 +18,7 @@ from custom_components.llm_lanes.jobs.prompts import (
     lines_prompt,
     text_prompt,
 )
-
-from .support.jobs import local_time
+from tests.jobs.support import local_time
 
 TEMPERATURE = "sensor.living_room_temperature"
 DOOR = "binary_sensor.front_door"

@@ -22,14 +22,18 @@ from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.errors import LimitExceededError, ServerBusyError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.jobs.manager import JobManager
-from custom_components.llm_lanes.jobs.model import JobSpec, JobStatus, WaitReason
+from custom_components.llm_lanes.jobs.model import (
+    Job,
+    JobAnswer,
+    JobSpec,
+    JobStatus,
+    WaitReason,
+)
 from custom_components.llm_lanes.jobs.prompts import text_prompt
 from custom_components.llm_lanes.jobs.queue import MAX_FINISHED_JOBS, MAX_WAITING_JOBS
-from custom_components.llm_lanes.jobs.store import storage_key
+from custom_components.llm_lanes.jobs.store import STORAGE_VERSION, storage_key
 from custom_components.llm_lanes.jobs.throttles import JobSettings
-
-from .support.entries import MODEL
-from .support.jobs import (
+from tests.jobs.support import (
     ANSWER,
     ENTRY_ID,
     LoadedScheduler,
@@ -37,6 +41,7 @@ from .support.jobs import (
     move_to,
     settings,
 )
+from tests.support.entries import MODEL
 
 ANSWER_TEXT = "".join(ANSWER)
 
@@ -325,45 +330,30 @@ async def test_job_left_running_by_a_crash_runs_again(
     start_manager: StartManager,
     hass_storage: dict[str, Any],
 ) -> None:
-    """A job stored as running (no clean stop) is queued again on load; old versions migrate."""
-    job = spec()
+    """A job stored as running (no clean stop) is queued again on load; a finished one stays."""
+    left_running = Job.from_spec("abc", spec("old"), local_time(29, 23))
+    left_running.start(local_time(30, 1, 5))
+    finished = Job.from_spec("def", spec("finished"), local_time(29, 22))
+    finished.start(local_time(29, 22, 1))
+    finished.record(JobAnswer("Earlier.", 20, 2, "server", 0.1))
+    finished.finish(JobStatus.DONE, local_time(29, 22, 5))
     hass_storage[storage_key(ENTRY_ID)] = {
-        "version": 1,
+        "version": STORAGE_VERSION,
         "minor_version": 1,
         "key": storage_key(ENTRY_ID),
         "data": {
-            "jobs": [
-                {
-                    "id": "abc",
-                    "name": "old",
-                    "requester": "job:old",
-                    "created_at": local_time(29, 23).isoformat(),
-                    "system_prompt": job.prompt.system,
-                    "prompt": job.prompt.user,
-                    "prompt_tokens_estimate": 20,
-                    "max_output_tokens": None,
-                    "state": "running",
-                },
-                {
-                    "id": "def",
-                    "name": "finished",
-                    "requester": "job:finished",
-                    "created_at": local_time(29, 22).isoformat(),
-                    "finished_at": local_time(29, 22, 5).isoformat(),
-                    "prompt": job.prompt.user,
-                    "state": "done",
-                    "text": "Earlier.",
-                },
-            ]
+            "jobs": [left_running.as_stored(), finished.as_stored()],
+            "ledger": {"night": None, "tokens": 0, "jobs_done": 0},
+            "paused": False,
         },
     }
     manager = await start_manager()
     await hass.async_block_till_done(wait_background_tasks=True)
     assert manager.get("abc").status is JobStatus.DONE
+    assert manager.get("abc").attempts == 1
     assert manager.get("def").text == "Earlier."
     assert [call.requester for call in scheduler.calls] == ["job:old"]
     await manager.async_stop()
-    assert hass_storage[storage_key(ENTRY_ID)]["minor_version"] == 3
 
 
 @pytest.mark.usefixtures("night")

@@ -23,9 +23,8 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.jobs.model import JobStatus
 from custom_components.llm_lanes.jobs.store import storage_key
+from tests.support.requests import async_call_action
 from tools.simulator.server import SimConfig
-
-from .support.requests import async_call_action
 
 
 @pytest.fixture

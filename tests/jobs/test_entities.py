@@ -21,14 +21,13 @@ from custom_components.llm_lanes.const import (
 )
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus, WaitReason
-
-from .support.entities import (
+from tests.support.entities import (
     async_call_entity_action,
     async_set_options,
     entity_id_for,
     state_of,
 )
-from .support.requests import async_call_action
+from tests.support.requests import async_call_action
 
 
 @pytest.fixture

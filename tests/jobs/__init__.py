@@ -1,0 +1,1 @@
+"""Tests of the nightly jobs: the manager on a scripted scheduler, prompts, entities, reloads."""

@@ -26,7 +26,7 @@ from custom_components.llm_lanes.coordinator import (
     LLMLanesRuntimeData,
     PollCoordinator,
 )
-from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.dashboard import async_setup_dashboard

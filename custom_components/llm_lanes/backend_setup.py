@@ -7,15 +7,12 @@ from dataclasses import dataclass
 from aiohttp import ClientError, ClientSession, ClientTimeout
 from yarl import URL
 
-from custom_components.llm_lanes.core.backends.base import (
-    Backend,
-    ServerInfo,
-    ServerKind,
-)
+from custom_components.llm_lanes.core.backends.base import Backend, ServerInfo
 from custom_components.llm_lanes.core.backends.detect import (
     create_backend,
     detect_server_kind,
 )
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.errors import BackendConnectionError
 
 ANSWER_TIMEOUT = ClientTimeout(total=10)

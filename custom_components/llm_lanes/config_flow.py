@@ -48,8 +48,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
 )
-from custom_components.llm_lanes.core.backends.base import ServerKind
-from custom_components.llm_lanes.core.backends.kinds import server_profile
+from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.errors import AuthError, BackendError
 from custom_components.llm_lanes.entry_defaults import (
     SUBENTRY_NAME_SUFFIXES,

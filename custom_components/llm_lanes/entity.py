@@ -35,8 +35,7 @@ from custom_components.llm_lanes.coordinator import (
     LLMLanesConfigEntry,
     PollCoordinator,
 )
-from custom_components.llm_lanes.core.backends.base import ServerKind
-from custom_components.llm_lanes.core.backends.kinds import server_profile
+from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.jobs.manager import JobManager

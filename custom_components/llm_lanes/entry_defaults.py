@@ -24,8 +24,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
-from custom_components.llm_lanes.core.backends.base import ServerKind
-from custom_components.llm_lanes.core.backends.kinds import server_profile
+from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 
 SUBENTRY_NAME_SUFFIXES: dict[str, str] = {
     SUBENTRY_CONVERSATION: "conversation",

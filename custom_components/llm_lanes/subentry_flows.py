@@ -15,7 +15,7 @@ from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
 import probatio
 
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, CONF_ROTATE_KEY
-from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.entry_defaults import (
     other_server_urls,
     server_name,

@@ -14,8 +14,8 @@ import aiohttp
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.lanes import Lane
 from tests.support.entries import MODEL
 from tests.support.requests import finished_requests

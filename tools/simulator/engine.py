@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 import contextlib
 from dataclasses import dataclass, field
 import itertools
@@ -127,8 +128,12 @@ class Engine:
         prefill_chunk_tokens: int | None,
         costs: EngineCosts,
         speed: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """Configure the engine; call ``start`` inside a running event loop."""
+        """Configure the engine; call ``start`` inside a running event loop.
+
+        ``clock`` stamps arrivals and slot use (a virtual-time event loop passes its own).
+        """
         if slots < 1:
             raise ValueError("slots must be at least 1")
         if speed <= 0:
@@ -138,6 +143,7 @@ class Engine:
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.costs = costs
         self.speed = speed
+        self._clock = clock
         self.stats = EngineStats()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -186,7 +192,7 @@ class Engine:
             id=next(self._ids),
             prompt_tokens=max(1, prompt_tokens),
             max_new_tokens=max(0, max_new_tokens),
-            arrived_at=time.monotonic(),
+            arrived_at=self._clock(),
             prompt_text=prompt_text,
             pieces=pieces,
             want_slot=slot if slot is not None and 0 <= slot < self.slots else None,
@@ -268,7 +274,7 @@ class Engine:
             head.cached_prompt_tokens = cached
             head.prefill_remaining = head.context - cached
             head.cached = cached
-            self._slot_used[slot] = time.monotonic()
+            self._slot_used[slot] = self._clock()
             self.running.append(head)
         self.waiting.extendleft(reversed(deferred))
 

@@ -8,12 +8,12 @@ import socket
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import (
     connect,
     create_backend,
     detect_server_kind,
 )
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.errors import AuthError, BackendConnectionError

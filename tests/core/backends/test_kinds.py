@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ServerKind, ServerMetrics
+from custom_components.llm_lanes.core.backends.base import ServerMetrics
 from custom_components.llm_lanes.core.backends.detect import (
     connect,
     create_backend,
@@ -22,6 +22,7 @@ from custom_components.llm_lanes.core.backends.detect import (
 )
 from custom_components.llm_lanes.core.backends.kinds import (
     SERVER_PROFILES,
+    ServerKind,
     ServerProfile,
     WireApi,
     server_profile,

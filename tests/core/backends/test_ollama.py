@@ -11,8 +11,8 @@ import json
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.errors import ModelNotFoundError
 from custom_components.llm_lanes.core.model import (

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ServerKind
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.errors import (
     BackendHTTPError,

@@ -5,28 +5,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
 
 if TYPE_CHECKING:
-    from custom_components.llm_lanes.core.backends.kinds import ServerProfile
-
-
-class ServerKind(StrEnum):
-    """The kind of LLM server behind a base URL: the id config entries store.
-
-    What each kind is and can do is its description, ``kinds.ServerProfile``.
-    """
-
-    OLLAMA = "ollama"
-    LLAMA_CPP = "llama_cpp"
-    VLLM = "vllm"
-    LM_STUDIO = "lm_studio"
-    LOCALAI = "localai"
-    OPENAI_COMPATIBLE = "openai_compatible"
+    from custom_components.llm_lanes.core.backends.kinds import (
+        ServerKind,
+        ServerProfile,
+    )
 
 
 def server_unique_id(kind: ServerKind, base_url: str) -> str:

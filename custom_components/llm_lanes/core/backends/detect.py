@@ -13,9 +13,10 @@ from typing import Any, Unpack
 
 import aiohttp
 
-from custom_components.llm_lanes.core.backends.base import Backend, ServerKind
+from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.kinds import (
     SERVER_PROFILES,
+    ServerKind,
     ServerProfile,
     WireApi,
     server_profile,

@@ -2,12 +2,12 @@
 
 Everything that differs between kinds is here, as data (or a small source of ``reports``
 referenced by the description); the clients, detection, the coordinator, the gateway and the
-benchmark read a ``ServerProfile`` and never ask which kind they talk to. ``ServerKind``
-(``base.py``) stays the enum of ids that config entries store.
+benchmark read a ``ServerProfile`` and never ask which kind they talk to. ``ServerKind`` is the
+enum of the ids that config entries store.
 
-Adding a kind: its id in ``ServerKind``, its ``ServerProfile`` in ``SERVER_PROFILES`` (in
-detection order: most specific first, the generic OpenAI-compatible server last), its tests, and
-the translations that name the supported servers.
+Adding a kind is a change here: its id in ``ServerKind`` and its ``ServerProfile`` in
+``SERVER_PROFILES`` (in detection order: most specific first, the generic OpenAI-compatible
+server last); then its tests, and the translations that name the supported servers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
-from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.probes import (
     Evidence,
     HasKey,
@@ -42,6 +41,20 @@ from custom_components.llm_lanes.core.backends.reports import (
     max_model_len,
     served_models_loaded,
 )
+
+
+class ServerKind(StrEnum):
+    """The kind of LLM server behind a base URL: the id config entries store.
+
+    What each kind is and can do is its description, ``kinds.ServerProfile``.
+    """
+
+    OLLAMA = "ollama"
+    LLAMA_CPP = "llama_cpp"
+    VLLM = "vllm"
+    LM_STUDIO = "lm_studio"
+    LOCALAI = "localai"
+    OPENAI_COMPATIBLE = "openai_compatible"
 
 
 class WireApi(StrEnum):

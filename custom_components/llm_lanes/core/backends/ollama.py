@@ -16,11 +16,11 @@ import aiohttp
 from custom_components.llm_lanes.core.backends.base import (
     Backend,
     ServerInfo,
-    ServerKind,
     ServerMetrics,
     server_unique_id,
 )
 from custom_components.llm_lanes.core.backends.kinds import (
+    ServerKind,
     ServerProfile,
     WireApi,
     server_profile,

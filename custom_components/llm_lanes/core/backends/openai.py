@@ -21,11 +21,11 @@ from custom_components.llm_lanes.core.backends.base import (
     Backend,
     PrefillStep,
     ServerInfo,
-    ServerKind,
     ServerMetrics,
     server_unique_id,
 )
 from custom_components.llm_lanes.core.backends.kinds import (
+    ServerKind,
     ServerProfile,
     WireApi,
     server_profile,

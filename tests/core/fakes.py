@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from custom_components.llm_lanes.core.backends.base import (
     Backend,
     ServerInfo,
-    ServerKind,
     ServerMetrics,
 )
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.errors import BackendHTTPError
 from custom_components.llm_lanes.core.model import (
     ChatMessage,

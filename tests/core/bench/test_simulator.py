@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ServerKind
 from custom_components.llm_lanes.core.backends.detect import connect, detect_server_kind
+from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from tools.bench.prefill_delay import measure_prefill_delay
 from tools.simulator.engine import Engine, EngineCosts

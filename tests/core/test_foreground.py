@@ -150,8 +150,8 @@ async def test_learned_limit_stops_background_slowing_voice() -> None:
 
     The fake server advances the clock by ``token_s`` for every token of every stream, so with n
     streams each one's gap is n times that: what a CPU does. The scheduler learns it from the
-    background streams alone (one, two, then three at once) and, once voice speaks, lets no
-    background stream share the batch with it.
+    background streams alone (one, two, then three at once) and, once voice speaks, keeps only
+    what holds voice's slowdown objective (twice its gap alone): one background stream.
     """
     scheduler, backend, _ = _placed()
     jobs = []
@@ -165,10 +165,10 @@ async def test_learned_limit_stops_background_slowing_voice() -> None:
     voice = await _voice(scheduler, "turn on", answer_tokens=20)
     await asyncio.gather(*jobs)
     assert voice.finished.outcome == "ok"
-    # Alone, voice's gaps are one pass each.
+    # Beside one background stream, voice's gaps are two passes each.
     assert voice.finished.itl_p95_s is not None
-    assert voice.finished.itl_p95_s <= 1.5 * backend.token_s
-    assert scheduler.snapshot().preemptions_total == 3
+    assert voice.finished.itl_p95_s <= 2 * backend.token_s + 1e-9
+    assert scheduler.snapshot().preemptions_total == 2
     points = scheduler.batch_cost.points(0.0)
     assert [p.sequences for p in points][:3] == [1, 2, 3]
 
@@ -180,7 +180,8 @@ async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
     while the foreground is idle; an Assist prompt of thousands of tokens does not, and when a
     chat and a command overlapped, two slots are kept for the foreground.
     """
-    scheduler, backend, _ = _placed(prefill_guard_tokens=500)
+    # No share owed (background_share 0): owed its share, background would take the headroom.
+    scheduler, backend, _ = _placed(prefill_guard_tokens=500, background_share=0)
     headroom = scheduler._foreground.headroom
     await scheduler.generate(
         chat(tag="v"), lane=Lane.VOICE, requester="v", prompt_tokens=100

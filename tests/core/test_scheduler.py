@@ -327,7 +327,10 @@ async def test_prefill_guard_holds_long_background_prompts_while_voice_streams()
 ):
     """A long background prompt waits for the voice stream; a short one does not."""
     gate = asyncio.Event()
-    settings = SchedulerSettings(max_sequences=4, prefill_guard_tokens=100, headroom=0)
+    # No share owed (background_share 0): owed its share, background would go past the guard.
+    settings = SchedulerSettings(
+        max_sequences=4, prefill_guard_tokens=100, headroom=0, background_share=0
+    )
     scheduler, backend, _, _ = make(settings)
     voice = spawn(scheduler, chat(gate=gate), Lane.VOICE, "v")
     await settle()
@@ -556,7 +559,7 @@ async def test_snapshot_per_requester_and_background_share() -> None:
     """Requesters show their queue, tokens and quota; the share of background service is reported."""
     gate = asyncio.Event()
     settings = SchedulerSettings(
-        max_sequences=1, headroom=0, requester_quotas={"kid": 1000}, preemption=False
+        max_sequences=1, headroom=0, requester_quotas={"kid": 5000}, preemption=False
     )
     scheduler, _, _, finished = make(settings)
     remove = scheduler.add_listener(lambda record: None)
@@ -564,7 +567,7 @@ async def test_snapshot_per_requester_and_background_share() -> None:
     waiting = spawn(scheduler, chat(answer_tokens=3), Lane.INTERACTIVE, "kid")
     await settle()
     kid = scheduler.snapshot().requesters["kid"]
-    assert (kid.in_flight, kid.queue_depth, kid.quota_tokens) == (1, 1, 1000)
+    assert (kid.in_flight, kid.queue_depth, kid.quota_tokens) == (1, 1, 5000)
     gate.set()
     await asyncio.gather(running, waiting)
     remove()

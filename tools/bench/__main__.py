@@ -55,8 +55,14 @@ from custom_components.llm_lanes.core.bench.workload import (
     load_scenario,
 )
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from tools.simulator.engine import COSTS
+from tools.simulator.inprocess import EngineBackend
 from tools.simulator.options import add_sim_options, sim_config
 from tools.simulator.server import SimulatedServer
+from tools.simulator.virtual_time import VirtualTimeLoop
+
+ENGINE = "engine"
+"""``--server engine``: the simulator's engine in-process, on virtual time."""
 
 
 @dataclass(slots=True)
@@ -74,6 +80,18 @@ async def open_target(args: argparse.Namespace) -> AsyncIterator[Target]:
     async with contextlib.AsyncExitStack() as stack:
         url = args.server
         time_scale = 1.0
+        if url == ENGINE:
+            backend: Backend = EngineBackend(
+                slots=args.sim_slots,
+                chooses_slots=args.sim_kind == "llama_cpp",
+                costs=COSTS[args.sim_costs],
+            )
+            yield Target(
+                backend=backend,
+                server=await describe_server(backend, args.model),
+                time_scale=1.0,
+            )
+            return
         if url == "sim":
             sim = await stack.enter_async_context(
                 SimulatedServer(sim_config(args, "sim-"))
@@ -355,7 +373,9 @@ async def _curve(args: argparse.Namespace) -> int:
 
 def _add_server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--server", required=True, help="base URL of the LLM server, or 'sim'"
+        "--server",
+        required=True,
+        help="base URL of the LLM server, 'sim' (the simulated server), or 'engine' (its engine in-process, on virtual time)",
     )
     parser.add_argument("--model", help="model to use (default: the server's first)")
     parser.add_argument("--api-key")
@@ -422,12 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return micro_main(arguments[1:])
     args = build_parser().parse_args(arguments)
+    command = {"run": _run, "curve": _curve, "sweep": _sweep}[args.command]
+    # The in-process engine runs on virtual time: a scenario of minutes in seconds, the same
+    # way every time, whatever else the machine does.
+    factory = VirtualTimeLoop if args.server == ENGINE else None
     try:
-        if args.command == "run":
-            return asyncio.run(_run(args))
-        if args.command == "curve":
-            return asyncio.run(_curve(args))
-        return asyncio.run(_sweep(args))
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(command(args))
     except (ScenarioError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

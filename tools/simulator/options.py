@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tools.simulator.engine import COSTS
 from tools.simulator.server import SimConfig
 
 
@@ -19,6 +20,10 @@ def add_sim_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument(
         f"{option}speed", type=float, default=defaults.speed,
         help="simulated time runs this much faster",
+    )  # fmt: skip
+    parser.add_argument(
+        f"{option}costs", choices=sorted(COSTS), default="gpu",
+        help="the iteration costs: a GPU's (the default) or a CPU's",
     )  # fmt: skip
     parser.add_argument(f"{option}seed", type=int, default=defaults.seed)
     parser.add_argument(
@@ -44,5 +49,6 @@ def sim_config(args: argparse.Namespace, prefix: str = "", **others: Any) -> Sim
         seed=value("seed"),
         kv_capacity_tokens=value("kv_capacity"),
         prefill_chunk_tokens=value("prefill_chunk") or None,
+        costs=COSTS[value("costs")],
         **others,
     )

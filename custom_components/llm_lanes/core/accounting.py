@@ -69,14 +69,20 @@ class Accounting:
         return stats
 
     def charge_prompt(self, ticket: Ticket, now: float) -> None:
-        """Charge the prompt of an attempt being admitted."""
+        """Charge the prompt of an attempt being admitted.
+
+        The fairness counter and the share are charged a request's prompt once: a resumed
+        attempt's prompt is that prompt again and the output already charged, so charging it
+        again would count a preemption as service.
+        """
         queued = ticket.queued
         tokens = queued.prompt_tokens
         ticket.attempt_prompt = tokens
         ticket.attempt_output = 0
-        weight = self._state.settings.input_weight * tokens
-        ticket.counters[queued.requester] += weight
-        self.share.add(now, weight, background=queued.lane.yields)
+        if ticket.preemptions == 0:
+            weight = self._state.settings.input_weight * tokens
+            ticket.counters[queued.requester] += weight
+            self.share.add(now, weight, background=queued.lane.yields)
         ticket.lane_stats.prompt_rate.add(now, tokens, self._window_s)
         ticket.requester_stats.prompt_rate.add(now, tokens, self._window_s)
 
@@ -95,6 +101,7 @@ class Accounting:
         if tokens or chunk.text or chunk.tool_calls:
             self._state.prefill_done(ticket.queued)
             last = ticket.last_token_at
+            decoding = self._state.decoding_alone()
             if last is None:
                 ticket.first_token_at = now
             else:
@@ -102,8 +109,15 @@ class Accounting:
                 ticket.gaps.append(gap)
                 ticket.lane_stats.itl.add(now, gap)
                 ticket.requester_stats.itl.add(now, gap)
-                if self._cost_model is not None:
-                    self._cost_model.observe(self._state.in_flight, gap)
+                # Only a gap whose batch was the same at both ends: one that changed in
+                # between mixes two batch sizes.
+                if (
+                    self._cost_model is not None
+                    and decoding
+                    and decoding == ticket.batch_at_last_token
+                ):
+                    self._cost_model.observe(decoding, gap)
+            ticket.batch_at_last_token = decoding
             ticket.last_token_at = now
         if chunk.text:
             ticket.parts.append(chunk.text)
@@ -112,7 +126,12 @@ class Accounting:
         """Reconcile the estimates with the server's usage; give the final chunk whole-request usage."""
         usage = chunk.usage
         if usage is not None and usage.source == "server":
-            adjust_prompt = usage.prompt_tokens - ticket.attempt_prompt
+            # A resumed attempt's prompt was not charged (see charge_prompt).
+            adjust_prompt = (
+                usage.prompt_tokens - ticket.attempt_prompt
+                if ticket.preemptions == 0
+                else 0
+            )
             adjust_output = usage.output_tokens - ticket.attempt_output
             ticket.output_adjust += adjust_output
             settings = self._state.settings
@@ -147,6 +166,8 @@ class Accounting:
     ) -> None:
         """Count a request that left: its quota use (if admitted) and its statistics."""
         admitted = ticket.admitted_at is not None
+        self.quotas.release(record.requester, ticket.reserved)
+        ticket.reserved = 0
         if admitted:
             self.quotas.charge(
                 record.requester, record.prompt_tokens + record.output_tokens, now

@@ -1,7 +1,8 @@
 """Who is refused at the door: a lane's limits, a spent quota, a full queue.
 
-A refused request never reaches the policy or the server; one whose requester spent their daily
-quota runs in the last yielding lane (background) instead when the quota action is ``demote``.
+A refused request never reaches the policy or the server. A requester's quota is spent when the
+tokens they used in the last 24 hours and those their requests in flight reserved reach it
+(``quotas.py``); a request then runs in the last yielding lane (background) instead when the quota action is ``demote``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def admission(
     if breach is not None:
         return lane, breach
     quota = settings.quota_for(requester)
-    used = quotas.used(requester, now) if quota > 0 else 0
+    used = quotas.committed(requester, now) if quota > 0 else 0
     if quota > 0 and used >= quota:
         if settings.quota_action is QuotaAction.REJECT:
             return lane, QuotaExceededError(requester=requester, used=used, quota=quota)

@@ -44,6 +44,8 @@ class Attempts:
     clock: Callable[[], float]
     dispatch: Callable[[], None]
     """Decides again (called when a slot or the prefill budget frees)."""
+    urgent_quiet: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while no urgent lane is active: prompts prefilled in steps go on only then."""
     loop: asyncio.AbstractEventLoop | None = None
     """The event loop the pumps run on (set by the scheduler's first submission)."""
     pumps: set[asyncio.Task[None]] = field(default_factory=set)
@@ -87,6 +89,7 @@ class Attempts:
             ticket.pump.cancel()
             ticket.pump = None
         self.accounting.count_preempted(ticket)
+        queued.preemptions += 1
         ticket.requeued()
         self.state.requeue_front(queued, now)
         _LOGGER.debug(
@@ -116,7 +119,8 @@ class Attempts:
         stream: AsyncGenerator[StreamChunk] | None = None
         accounting = self.accounting
         try:
-            await self.prefill.run(ticket, request, self.state.settings)
+            if await self.prefill.run(ticket, request, self.state, self.urgent_quiet):
+                await self.urgent_quiet.wait()
             iterator = self.backend.chat(request)
             if isinstance(iterator, AsyncGenerator):
                 stream = iterator

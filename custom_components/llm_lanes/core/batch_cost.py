@@ -5,16 +5,22 @@ gap is the iteration time at the current batch size. On a GPU an extra sequence 
 weights are read once per iteration for all of them); on a CPU every sequence costs nearly a whole
 extra pass, and a voice answer that shares the batch with three summaries streams at a third of
 its speed. ``BatchCostModel`` learns that curve from the gaps the scheduler sees anyway (one
-sample per streamed token, tagged with the sequences in flight), and ``BackgroundLimiter`` turns it
+sample per streamed token, tagged with the sequences decoding, taken only while the server
+prefills no prompt beside them: a prefill stretches every gap of its iteration), and ``BackgroundLimiter`` turns it
 into the number of background streams that may keep running while voice or interactive requests
-are queued or streaming: as many as keep those streams' predicted gap within their lane's
-inter-token objective and within ``foreground_slowdown`` times what the foreground alone would
-get. On a GPU that is all of them; on a CPU, few or none, for the seconds a voice answer lasts.
+are queued or streaming: as many as keep those streams' predicted gap within their lanes'
+objectives — the inter-token objective (``itl_slo_s``) and, against the gap they would get with
+the foreground alone, the slowdown objective (``itl_slowdown_slo``, twice the gap for voice and
+typed chats). On a GPU that is all of them; on a CPU where two sequences cost 1.85x one, one
+stream beside voice; for the seconds a voice answer lasts.
 
 The estimate of a batch size is the median of its recent gaps (robust to the odd gap stretched by
 a prefill); batch sizes not seen yet are predicted by a least-squares line through the medians
-that were, and the curve is kept non-decreasing. With hysteresis the limit rises only when the
-prediction is clearly below the bound, so noise does not preempt and restart streams in turns.
+that were, and the curve is kept non-decreasing. While a single batch size is known (background
+alone at full batch, say), the others are predicted as if every sequence cost a whole pass (a
+CPU's case, the cautious one) until a second size is seen. With hysteresis a running stream is
+kept while the prediction stays within ``KEEP_MARGIN`` of the bound, and a new one admitted only
+within the bound, so noise does not preempt and restart streams in turns.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ SAMPLES_PER_BATCH_SIZE = 64
 """Recent gaps kept per batch size."""
 MIN_SAMPLES = 8
 """Gaps a batch size needs before its median counts."""
-RAISE_MARGIN = 0.9
-"""The limit rises only while the prediction stays under this fraction of the bound."""
+KEEP_MARGIN = 1.1
+"""Streams already running beside the foreground are kept while the prediction stays within this
+multiple of the bound (new ones need the bound itself)."""
 REFRESH_S = 0.5
 """The curve's medians are recomputed at most this often."""
 
@@ -112,6 +119,10 @@ def _fill(medians: dict[int, float], size: int) -> list[float | None]:
     """Medians where measured, a fitted line elsewhere, non-decreasing in the batch size."""
     if not medians:
         return [None] * size
+    if len(medians) == 1:
+        # One size seen: every sequence a whole pass, the cautious guess.
+        ((measured, gap),) = medians.items()
+        return [medians.get(n, gap * n / measured) for n in range(1, size + 1)]
     intercept, slope = _line(medians)
     curve: list[float | None] = []
     floor = 0.0
@@ -125,10 +136,7 @@ def _fill(medians: dict[int, float], size: int) -> list[float | None]:
 
 
 def _line(medians: dict[int, float]) -> tuple[float, float]:
-    """Least-squares line through the medians (flat through one point; never falling)."""
-    if len(medians) == 1:
-        ((_, value),) = medians.items()
-        return value, 0.0
+    """Least-squares line through two or more medians (never falling)."""
     xs = list(medians)
     ys = list(medians.values())
     mean_x = sum(xs) / len(xs)
@@ -175,24 +183,28 @@ class BackgroundLimiter:
         if not foreground_lanes:
             self._limit = None
             return None
-        foreground = max(1, foreground_running + foreground_waiting)
-        alone = self.model.itl(foreground, now)
+        base = max(1, foreground_running + foreground_waiting) + others_running
+        alone = self.model.itl(base, now)
         if alone is None:
             # Nothing learned yet: let background run rather than guess.
             self._limit = None
             return None
-        objective = min(settings.lanes[lane].itl_slo_s for lane in foreground_lanes)
-        bound = min(objective, settings.foreground_slowdown * alone)
-        # Streams already running keep their slot while within the bound; more are let in only
-        # while the prediction stays clearly under it.
-        current = self._limit if self._limit is not None else background_running
+        bound = min(
+            min(
+                limits.itl_slo_s,
+                alone * limits.itl_slowdown_slo
+                if limits.itl_slowdown_slo is not None
+                else limits.itl_slo_s,
+            )
+            for limits in (settings.lanes[lane] for lane in foreground_lanes)
+        )
+        current = background_running if self._limit is None else self._limit
         allowed = 0
-        for extra in range(1, max(settings.max_sequences, 1) + 1):
-            predicted = self.model.itl(foreground + others_running + extra, now)
+        for extra in range(1, max(settings.max_sequences - base, 0) + 1):
+            predicted = self.model.itl(base + extra, now)
             if predicted is None:
                 break
-            rising = extra > current
-            if predicted > (bound * RAISE_MARGIN if rising else bound):
+            if predicted > (bound * KEEP_MARGIN if extra <= current else bound):
                 break
             allowed = extra
         self._limit = allowed

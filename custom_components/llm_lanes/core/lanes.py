@@ -54,6 +54,11 @@ class LaneLimits:
     """Time-to-first-token objective used for goodput."""
     itl_slo_s: float
     """Inter-token-latency objective (p95 of one request's gaps) used for goodput."""
+    itl_slowdown_slo: float | None = None
+    """For a foreground lane: how much slower than with the foreground alone its tokens may come
+    because background streams share the server's batch (2.0: at most twice the gap). With the
+    learned batch cost this decides how many background streams keep running beside it
+    (``batch_cost.BackgroundLimiter``); None: only ``itl_slo_s`` bounds them."""
 
     def refusal(
         self, lane: Lane, *, prompt_tokens: int, output_tokens: int
@@ -112,8 +117,10 @@ class Lane:
         )
 
 
-def _limits(row: tuple[int, int, int, int, float, float, float]) -> LaneLimits:
-    prompt, default_output, max_output, queued, wait_s, ttft_s, itl_s = row
+def _limits(
+    row: tuple[int, int, int, int, float, float, float, float | None],
+) -> LaneLimits:
+    prompt, default_output, max_output, queued, wait_s, ttft_s, itl_s, slowdown = row
     return LaneLimits(
         max_prompt_tokens=prompt,
         default_output_tokens=default_output,
@@ -122,25 +129,26 @@ def _limits(row: tuple[int, int, int, int, float, float, float]) -> LaneLimits:
         max_wait_s=wait_s,
         ttft_slo_s=ttft_s,
         itl_slo_s=itl_s,
+        itl_slowdown_slo=slowdown,
     )
 
 
-# The household's lanes.    prompt  default out  max out  queued  wait (s)    TTFT  ITL
+# The household's lanes.    prompt  default out  max out  queued  wait (s)    TTFT  ITL   slowdown
 Lane.VOICE = Lane(
     key="voice", rank=0, foreground=True, urgent=True,
-    defaults=_limits((8192,  256,         1024,    16,     15.0,       0.5,  0.1)),
+    defaults=_limits((8192,  256,         1024,    16,     15.0,       0.5,  0.1,  2.0)),
 )  # fmt: skip
 Lane.INTERACTIVE = Lane(
     key="interactive", rank=1, foreground=True,
-    defaults=_limits((8192,  512,         2048,    32,     60.0,       1.0,  0.15)),
+    defaults=_limits((8192,  512,         2048,    32,     60.0,       1.0,  0.15, 2.0)),
 )  # fmt: skip
 Lane.AUTOMATION = Lane(
     key="automation", rank=2,
-    defaults=_limits((8192,  512,         2048,    64,     300.0,      5.0,  0.25)),
+    defaults=_limits((8192,  512,         2048,    64,     300.0,      5.0,  0.25, None)),
 )  # fmt: skip
 Lane.BACKGROUND = Lane(
     key="background", rank=3, yields=True,
-    defaults=_limits((16384, 1024,        4096,    256,    6 * 3600.0, 60.0, 1.0)),
+    defaults=_limits((16384, 1024,        4096,    256,    6 * 3600.0, 60.0, 1.0,  None)),
 )  # fmt: skip
 
 LANES: tuple[Lane, ...] = (

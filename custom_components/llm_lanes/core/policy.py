@@ -101,15 +101,18 @@ def has_room(state: RunState, request: QueuedRequest) -> bool:
 
     The budget bounds the prompt tokens the server prefills at once (vLLM's max batched tokens):
     a prompt counts from admission to its first token. With nothing in prefill any prompt may
-    start: one larger than the whole budget is prefilled alone rather than never.
+    start: one larger than the whole budget is prefilled alone rather than never. An urgent
+    request does not count the prompts prefilled in steps: they pause while it is active.
     """
     in_flight = state.in_flight
     if not in_flight:
         return True
     settings = state.settings
+    prefilling = state.prefill_in_flight
+    if request.lane.urgent:
+        prefilling -= state.stepping_prefill
     return in_flight < max(settings.max_sequences, 1) and (
-        not state.prefill_in_flight
-        or state.prefill_in_flight + request.prompt_tokens <= settings.prefill_budget
+        not prefilling or prefilling + request.prompt_tokens <= settings.prefill_budget
     )
 
 
@@ -147,25 +150,35 @@ class LanesPolicy(SchedulingPolicy):
             return None
         max_sequences = max(settings.max_sequences, 1)
         headroom = foreground.headroom_slots(state)
+        best_aged = len(state.urgent_lanes)
+        share_rank = _share_rank(state)
         for rank, request in _candidates(state, now):
             lane = request.lane
+            # Owed its share, background is admitted as the shared capacity allows, whatever
+            # the voice-first mechanisms would hold back: they work inside the share.
+            owed = lane.yields and rank == share_rank and _may_claim_share(state)
             if lane.yields:
                 if settings.background_paused:
                     continue
-                if (
-                    urgent_active
-                    and request.prompt_tokens > settings.prefill_guard_tokens
+                if not owed and (
+                    (
+                        urgent_active
+                        and request.prompt_tokens > settings.prefill_guard_tokens
+                    )
+                    or _over_background_limit(state, limit)
                 ):
-                    continue
-                if _over_background_limit(state, limit):
                     continue
             cap = settings.lanes[lane].max_concurrency
             if cap is not None and running_by_lane[lane] >= cap:
                 continue
             free = max_sequences - state.in_flight
-            if not lane.foreground and 0 < free <= headroom:
+            # Aged to interactive's rank, a request takes the headroom as interactive does.
+            takes_headroom = (
+                lane.foreground or owed or (not lane.yields and rank <= best_aged)
+            )
+            if not takes_headroom and 0 < free <= headroom:
                 if lane.yields:
-                    if not _may_borrow_headroom(state, foreground, rank, now):
+                    if not _may_borrow_headroom(state, foreground, now):
                         continue
                 else:
                     # Automation may not take the headroom; what background borrowed of the
@@ -186,33 +199,51 @@ class LanesPolicy(SchedulingPolicy):
         return None
 
 
+def _may_claim_share(state: RunState) -> bool:
+    """Whether background, behind its share, may take one more slot for it.
+
+    One claim at a time: not while a stream admitted for the share is still in its prefill.
+    Its prompt is charged at admission and its tokens as they stream, so the share is looked at
+    again with what that stream is doing before another slot goes to it: background catches up
+    within the window without taking every slot that frees at once.
+    """
+    share_rank = _share_rank(state)
+    return not any(
+        r.prefilling and r.lane.yields and r.admitted_rank == share_rank
+        for r in state.running.values()
+    )
+
+
 def _share_rank(state: RunState) -> float:
     """Rank of a background request raised by the background share: after the urgent lanes."""
     return len(state.urgent_lanes) - 0.5
 
 
-def _may_borrow_headroom(
-    state: RunState, foreground: Foreground, rank: float, now: float
-) -> bool:
+def _may_borrow_headroom(state: RunState, foreground: Foreground, now: float) -> bool:
     """Whether background may take a headroom slot now (the foreground takes it back later).
 
-    With preemption on: when the share ranked it up, or while no voice or interactive work is
-    active and no automation waits (automation may not use the headroom, so it must not find
-    background there instead of a slot of its own), unless the foreground's prompts are long: a
-    slot lent to background loses the Assist prompt cached there.
+    With preemption on: while no voice or interactive work is active and no automation waits
+    (automation may not use the headroom, so it must not find background there instead of a slot
+    of its own), unless the foreground's prompts are long: a slot lent to background loses the
+    Assist prompt cached there. (Owed its share, background takes the headroom anyway.)
     """
     if not (state.settings.preemption and foreground.headroom.lendable):
         return False
     others = tuple(lane for lane in state.lanes if not (lane.foreground or lane.yields))
-    return rank == _share_rank(state) or not (
-        foreground.active(state, now) or state.queued_in(others)
-    )
+    return not (foreground.active(state, now) or state.queued_in(others))
+
+
+def _preemptible(state: RunState, request: QueuedRequest) -> bool:
+    """Whether a running request may be preempted: background, not too often already."""
+    return request.lane.yields and request.preemptions < state.settings.max_preemptions
 
 
 def _least_advanced(state: RunState, rank: float) -> QueuedRequest | None:
     """Return the background stream with the least output of those admitted below ``rank``."""
     victims = [
-        r for r in state.running.values() if r.lane.yields and r.admitted_rank > rank
+        r
+        for r in state.running.values()
+        if r.admitted_rank > rank and _preemptible(state, r)
     ]
     return min(victims, key=lambda r: (r.output_tokens, -r.seq)) if victims else None
 
@@ -256,21 +287,31 @@ def _yield_to_foreground(
     """Pick a background stream that must make way for active foreground work, if any.
 
     While voice is active, first a background request whose long prompt the server is still
-    prefilling: it has no output to lose, and an iteration that prefills it would delay voice's
-    first token (and stall voice's tokens) by the whole prompt. Then, while background runs more
-    streams than its limit beside voice or interactive work, the least-advanced one (every
-    extra sequence in the batch slows the foreground's tokens).
+    prefilling whole: it has no output to lose, and an iteration that prefills it would delay
+    voice's first token (and stall voice's tokens) by the whole prompt (one prefilled in steps
+    pauses instead). Then, while background runs more streams than its limit beside voice or
+    interactive work, the least-advanced one (every extra sequence in the batch slows the
+    foreground's tokens). Never a stream admitted for background's share (the share is not
+    the foreground's to take), nor one preempted ``max_preemptions`` times already.
     """
     background = [r for r in state.running.values() if r.lane.yields]
     if not background:
         return None
+    share_rank = _share_rank(state)
+    movable = [
+        r
+        for r in background
+        if r.admitted_rank != share_rank and not r.stepping and _preemptible(state, r)
+    ]
+    if not movable:
+        return None
     if urgent_active:
         guard = state.settings.prefill_guard_tokens
-        prefilling = [r for r in background if r.prefilling and r.prompt_tokens > guard]
+        prefilling = [r for r in movable if r.prefilling and r.prompt_tokens > guard]
         if prefilling:
             return max(prefilling, key=lambda r: (r.prompt_tokens, r.seq))
     if limit is not None and len(background) > limit:
-        return min(background, key=lambda r: (r.output_tokens, -r.seq))
+        return min(movable, key=lambda r: (r.output_tokens, -r.seq))
     return None
 
 
@@ -290,7 +331,7 @@ def _victim(
     victims = [
         r
         for r in state.running.values()
-        if r.lane.yields and r.admitted_rank > rank and r.prefilling
+        if r.admitted_rank > rank and r.prefilling and _preemptible(state, r)
     ]
     others = state.prefill_in_flight - sum(r.prompt_tokens for r in victims)
     if not victims or (

@@ -11,6 +11,7 @@ from the steps' own timings (``PrefillPacer``).
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 import logging
 import statistics
@@ -18,7 +19,7 @@ import statistics
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.errors import BackendHTTPError
 from custom_components.llm_lanes.core.model import ChatRequest
-from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.run_state import RunState
 from custom_components.llm_lanes.core.ticket import Ticket
 
 _LOGGER = logging.getLogger(__name__)
@@ -69,30 +70,41 @@ class PrefillSteps:
         self.pacer = PrefillPacer()
 
     async def run(
-        self, ticket: Ticket, request: ChatRequest, settings: SchedulerSettings
-    ) -> None:
+        self,
+        ticket: Ticket,
+        request: ChatRequest,
+        state: RunState,
+        quiet: asyncio.Event,
+    ) -> bool:
         """Prefill a long background prompt into its slot before the request is sent.
 
-        Between two steps a voice command joins the server's next iteration; if the request is
-        preempted meanwhile, what was prefilled stays cached on its slot for its resumption. A
-        server that refuses the endpoints (404, 405, 501) is sent prompts whole from then on.
+        Each step waits for ``quiet`` (no urgent lane active), so a voice command waits for one
+        step at most and its tokens never share an iteration with a background prefill; the
+        request is marked ``stepping`` meanwhile (``RunState.begin_steps``), which keeps it from
+        being preempted for voice. If it is preempted all the same (by the headroom or the slots),
+        what was prefilled stays cached on its slot for its resumption. A server that refuses the
+        endpoints (404, 405, 501) is sent prompts whole from then on. Return whether the prompt
+        was prefilled in steps (the caller then sends the request once ``quiet`` too).
         """
         backend = self._backend
-        step_s = settings.prefill_step_s
+        step_s = state.settings.prefill_step_s
+        queued = ticket.queued
         if (
             not backend.prefills_in_steps
             or step_s <= 0
             or request.slot is None
-            or not ticket.queued.lane.yields
+            or not queued.lane.yields
         ):
-            return
+            return False
         step = self.pacer.step_tokens(step_s)
-        steps = -(-ticket.queued.prompt_tokens // step)
+        steps = -(-queued.prompt_tokens // step)
         if steps < 2:
-            return
+            return False
+        state.begin_steps(queued)
         try:
             text = await backend.render_prompt(request)
             for index in range(1, steps):
+                await quiet.wait()
                 done = await backend.prefill(
                     request.model, text[: len(text) * index // steps], request.slot
                 )
@@ -106,3 +118,5 @@ class PrefillSteps:
                 err.status,
             )
             backend.prefills_in_steps = False
+            return False
+        return True

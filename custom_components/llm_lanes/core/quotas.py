@@ -15,14 +15,37 @@ BUCKET_S = 300.0
 
 
 class QuotaLedger:
-    """Tokens used by each requester over the last 24 hours."""
+    """Tokens used by each requester over the last 24 hours, and those reserved for requests in flight.
 
-    __slots__ = ("_buckets", "_sums")
+    A request admitted reserves what it may use (its prompt and its output limit) until it ends;
+    then the reservation is replaced by what it did use. Admission compares used plus reserved
+    with the quota, so a burst cannot pass it by more than the one request that crosses it.
+    """
+
+    __slots__ = ("_buckets", "_reserved", "_sums")
 
     def __init__(self) -> None:
         """Start with no usage."""
         self._buckets: dict[str, deque[list[float]]] = {}
         self._sums: dict[str, float] = {}
+        self._reserved: dict[str, int] = {}
+
+    def reserve(self, requester: str, tokens: int) -> None:
+        """Hold ``tokens`` of a requester's quota for a request in flight."""
+        if tokens > 0:
+            self._reserved[requester] = self._reserved.get(requester, 0) + tokens
+
+    def release(self, requester: str, tokens: int) -> None:
+        """Give back a reservation (the request ended; what it used is charged apart)."""
+        left = self._reserved.get(requester, 0) - tokens
+        if left > 0:
+            self._reserved[requester] = left
+        else:
+            self._reserved.pop(requester, None)
+
+    def committed(self, requester: str, now: float) -> int:
+        """Tokens used in the last 24 hours plus those reserved by requests in flight."""
+        return self.used(requester, now) + self._reserved.get(requester, 0)
 
     def charge(self, requester: str, tokens: int, now: float) -> None:
         """Add tokens used by a requester at ``now``."""

@@ -55,6 +55,11 @@ class QueuedRequest:
     """Running, and its current attempt has produced no token yet (the server is on its prompt)."""
     admitted_rank: float = 0.0
     """The rank the policy admitted it at (its lane, or better by aging or the share)."""
+    preemptions: int = 0
+    """How often it was preempted (``SchedulerSettings.max_preemptions`` bounds it)."""
+    stepping: bool = False
+    """Running, and its long prompt is being prefilled in steps (``prefill_steps.py``): it
+    pauses between steps while an urgent lane is active, so it is never preempted for one."""
 
 
 class VirtualCounters:
@@ -177,6 +182,14 @@ class RunState:
         self.prefill_in_flight = 0
         """Prompt tokens of the running requests the server is still prefilling (no token yet):
         what the prefill budget bounds."""
+        self.stepping_prefill = 0
+        """Of those, the prompts being prefilled in steps: they pause while an urgent lane is
+        active, so an urgent request's room in the budget does not count them."""
+        self.prefilling_count = 0
+        """Running requests with no token yet; of them ``stepping_count`` prefilled in steps."""
+        self.stepping_count = 0
+        self.steps_paused = False
+        """Whether prompts prefilled in steps are paused now (an urgent lane is active)."""
         self.queued_by_lane = dict.fromkeys(self.lanes, 0)
         """Waiting requests per lane."""
         self.running_by_lane = dict.fromkeys(self.lanes, 0)
@@ -327,6 +340,7 @@ class RunState:
         self.in_flight += 1
         self.prompt_in_flight += request.prompt_tokens
         self.prefill_in_flight += request.prompt_tokens
+        self.prefilling_count += 1
         self.running_by_lane[request.lane] += 1
         self.running[request.seq] = request
         self.started_total += 1
@@ -349,6 +363,32 @@ class RunState:
         if request.prefilling:
             request.prefilling = False
             self.prefill_in_flight -= request.prompt_tokens
+            self.prefilling_count -= 1
+        if request.stepping:
+            request.stepping = False
+            self.stepping_prefill -= request.prompt_tokens
+            self.stepping_count -= 1
+
+    def begin_steps(self, request: QueuedRequest) -> None:
+        """Mark a running request whose prompt is prefilled in steps, until its first token."""
+        if request.running and request.prefilling and not request.stepping:
+            request.stepping = True
+            self.stepping_prefill += request.prompt_tokens
+            self.stepping_count += 1
+
+    def decoding_alone(self) -> int | None:
+        """Return how many sequences the server decodes now, if it prefills nothing beside them.
+
+        None while a prompt is being prefilled: its iterations stretch every stream's gaps, which
+        would teach the batch-cost curve the wrong cost. Prompts prefilled in steps and paused
+        are not being prefilled.
+        """
+        prefilling = self.prefilling_count
+        if self.steps_paused:
+            prefilling -= self.stepping_count
+        if prefilling:
+            return None
+        return self.in_flight - self.prefilling_count
 
     # --- what the policy reads ---------------------------------------------------------------------
 

@@ -340,6 +340,8 @@ class Scheduler:
                 ticket.finished(now, "rejected", type(error).__name__, limits), sink
             )
             raise error
+        ticket.reserved = prompt + max_tokens
+        self._accounting.quotas.reserve(requester, ticket.reserved)
         if self._foreground.arrived(self._state, lane, prompt):
             self._slots.resize(settings, self._foreground.headroom.slots)
         self._tickets[seq] = ticket
@@ -385,6 +387,12 @@ class Scheduler:
                     self._attempts.start(
                         self._tickets[decision.request.seq], now, decision.rank
                     )
+            quiet = self._attempts.urgent_quiet
+            state.steps_paused = foreground.urgent_active(state, now)
+            if state.steps_paused:
+                quiet.clear()
+            else:
+                quiet.set()
         finally:
             self._dispatching = False
         self._arm_timer()

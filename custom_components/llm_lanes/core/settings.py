@@ -55,12 +55,12 @@ class SchedulerSettings:
     an 8B model in about 80 ms, within voice's 100 ms inter-token objective."""
     background_with_voice: int | None = None
     """Most background streams while voice or interactive requests wait or stream (extra ones are
-    preempted, with preemption on); None: learned (``batch_cost.py``): as many as keep the
-    foreground's tokens within ``foreground_slowdown`` of their speed alone and within their
-    lane's inter-token objective."""
-    foreground_slowdown: float = 1.5
-    """How much slower than alone voice and interactive tokens may come because background
-    streams share the server's batch (the learned background limit keeps within it)."""
+    preempted, with preemption on); None: learned (``batch_cost.py``): as many as keep the active
+    foreground lanes within their inter-token objectives (``itl_slo_s`` and, against their speed
+    alone, ``itl_slowdown_slo``)."""
+    max_preemptions: int = 2
+    """How often one request may be preempted; after that it keeps its slot to the end, so a
+    started request always makes progress."""
     prefill_step_s: float = 0.025
     """Where the server can prefill a prompt into a slot in steps (llama.cpp), background prompts
     longer than a step are prefilled in steps of about this long (the step size is learned), so

@@ -74,6 +74,7 @@ class Ticket:
         "attempt_output",
         "attempt_prompt",
         "attempts",
+        "batch_at_last_token",
         "cached_prompt",
         "evaluated_prompt",
         "channel",
@@ -93,6 +94,7 @@ class Ticket:
         "record",
         "request",
         "requester_stats",
+        "reserved",
         "sink",
         "slot",
         "token_source",
@@ -132,6 +134,8 @@ class Ticket:
         """When it timed out of the queue (its wait ends there, not when the caller notices)."""
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
+        self.batch_at_last_token: int | None = None
+        """Sequences the server decoded alone when its last token came (None: it prefilled too)."""
         self.gaps: list[float] = []
         self.parts: list[str] = []
         """The text streamed so far (sent back as the assistant prefix after a preemption)."""
@@ -148,6 +152,8 @@ class Ticket:
         """Prompt tokens earlier, preempted attempts took from the cache and evaluated."""
         self.token_source = "estimate"
         self.preemptions = 0
+        self.reserved = 0
+        """Quota tokens held for it while it waits and runs (its prompt and output limit)."""
         self.pump: asyncio.Task[None] | None = None
         self.record: FinishedRequest | None = None
 

@@ -206,7 +206,9 @@ class _Run:
         self.finished: list[tuple[str, FinishedRequest]] = []
         self.queue_depth_max = 0
         self.kv_use_max: float | None = None
-        self._start = time.monotonic()
+        self._loop = asyncio.get_running_loop()
+        """Its clock is the run's (a virtual-time loop runs a scenario in no time)."""
+        self._start = self._loop.time()
         self._scheduler: Scheduler | None = None
         self._owner: dict[tuple[Lane, str], str] = {
             (cls.lane, requester): cls.name
@@ -234,7 +236,7 @@ class _Run:
 
     def now(self) -> float:
         """Scenario seconds since the start."""
-        return (time.monotonic() - self._start) * self.scale
+        return (self._loop.time() - self._start) * self.scale
 
     async def sleep_until(self, at: float) -> None:
         delay = (at - self.now()) / self.scale
@@ -248,12 +250,12 @@ class _Run:
             self._scheduler = Scheduler(
                 self.backend,
                 self.settings,
-                clock=lambda: time.monotonic() * scale,
+                clock=lambda: self._loop.time() * scale,
                 clock_rate=scale,
             )
             remove_listener = self._scheduler.add_listener(self._on_finished)
-        self._start = time.monotonic()
-        wall_start = time.monotonic()
+        self._start = self._loop.time()
+        wall_start = self._loop.time()
         tasks: set[asyncio.Task[RequestRecord]] = set()
         closed: list[asyncio.Task[None]] = []
         for cls in self.scenario.classes:
@@ -299,7 +301,7 @@ class _Run:
             finished=self.finished,
             queue_depth_max=self.queue_depth_max,
             kv_use_max=self.kv_use_max,
-            wall_s=time.monotonic() - wall_start,
+            wall_s=self._loop.time() - wall_start,
         )
 
     def _timeline(self) -> list[tuple[float, PlannedRequest, bool]]:

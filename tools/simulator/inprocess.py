@@ -1,15 +1,16 @@
-"""A backend that serves requests from the simulator's engine in the same process.
+"""The simulated server without HTTP: a backend that serves from the simulator's engine in-process.
 
 The engine (``tools/simulator/engine.py``) is the simulated server's continuous-batching model:
 slots, a first-come-first-served queue, prefill and decode costs per iteration, a prompt cache per
 slot. Here it answers the scheduler without HTTP, on the loop's clock (a ``VirtualTimeLoop`` makes
-minutes of serving cost milliseconds), so the property suite can run many mixed workloads against
-the costs of a real server. It plays llama.cpp (the client chooses the slot, prompts can be
+minutes of serving cost milliseconds), so the property suite (and ``scripts/bench --server engine``) can
+run many mixed workloads against the costs of a real server. It plays llama.cpp (the client chooses the slot, prompts can be
 prefilled in steps) or a server that places requests itself (``chooses_slots=False``).
 
-A request's behaviour travels in its ``options``: ``prompt_tokens``, ``answer_tokens``, and
-``fail`` (``"connect"``: fails before anything is sent back; an integer: fails after that many
-tokens). Answers are the tokens ``w0 w1 w2 ...``, continued after an assistant prefix.
+A request's behaviour may travel in its ``options``: ``prompt_tokens`` (else its rendered text's
+length, four characters a token), ``answer_tokens`` (else ``max_tokens``, else 256), and ``fail``
+(``"connect"``: fails before anything is sent back; an integer: fails after that many tokens).
+Answers are the tokens ``w0 w1 w2 ...``, continued after an assistant prefix.
 """
 
 from __future__ import annotations
@@ -154,11 +155,13 @@ class EngineBackend(Backend):
         if fail == "connect":
             raise BackendConnectionError("the engine refused the connection")
         done_before = len(request.assistant_prefix.split())
-        total = int(options.get("answer_tokens", 8))
+        total = int(options.get("answer_tokens", request.max_tokens or 256))
         limit = request.max_tokens if request.max_tokens is not None else total
         count = max(0, min(limit, total - done_before))
-        prompt = int(options.get("prompt_tokens", 16)) + done_before
         text = self._render(request)
+        prompt = done_before + int(
+            options.get("prompt_tokens", max(1, len(text) // CHARS_PER_TOKEN))
+        )
         seq = self.engine.submit(
             prompt,
             count,

@@ -42,7 +42,7 @@ class _ClockSelector(selectors.BaseSelector):
         self.loop.advance(timeout)
         return []
 
-    def get_map(self) -> dict[Any, selectors.SelectorKey]:  # type: ignore[override]
+    def get_map(self) -> dict[Any, selectors.SelectorKey]:
         return self._keys
 
     def close(self) -> None:

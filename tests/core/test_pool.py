@@ -486,6 +486,26 @@ def test_a_job_wakes_the_sleeping_box_waits_and_runs_while_voice_goes_to_the_min
     run_virtual(main)
 
 
+def test_a_box_that_looks_down_is_woken_for_a_job_only_it_may_serve() -> None:
+    """A sleeping desktop often looks like a server that is down: with a wake action, it is woken.
+
+    The GPU box is reported down (its probe finds nothing); a job for it presses its wake action
+    and runs once it answers; the probe and the wake do not fight over its state.
+    """
+
+    async def main() -> None:
+        home = await household(gpu_powered=False)
+        home.pool.report("gpu", ServerState.DOWN)
+        await asyncio.sleep(10.0)
+        assert home.pool.state("gpu") is ServerState.DOWN and home.wakes == []
+        assert await home.answer(lane=Lane.BACKGROUND) == words(0, 8)
+        assert home.finished[-1].server == "gpu" and len(home.wakes) == 1
+        assert home.pool.state("gpu") is ServerState.UP
+        home.assert_idle()
+
+    run_virtual(main)
+
+
 def test_a_box_that_does_not_wake_within_its_limit_fails_the_job_clearly() -> None:
     """The wake action runs but the box never answers: after the limit, a clear error."""
 

@@ -17,19 +17,7 @@ from contextlib import contextmanager
 from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 
 from custom_components.llm_lanes.const import DOMAIN
-from custom_components.llm_lanes.core.errors import (
-    LanesError,
-    LimitExceededError,
-    QueueFullError,
-    QuotaExceededError,
-)
-
-REFUSALS: tuple[type[LanesError], ...] = (
-    LimitExceededError,
-    QueueFullError,
-    QuotaExceededError,
-)
-"""Engine errors of a request refused before anything reached the server."""
+from custom_components.llm_lanes.core.errors import REFUSALS, LanesError
 
 
 def validation_error(

@@ -106,6 +106,45 @@ class SchedulerClosedError(SchedulerError):
         super().__init__("the LLM Lanes scheduler is shutting down")
 
 
+class NoServerError(SchedulerError):
+    """No server of a pool can take the request now (down, asleep for an urgent lane, unable)."""
+
+    translation_key = "no_server"
+
+    def __init__(self, *, lane: str, reason: str) -> None:
+        """Say which lane found no server, and why."""
+        super().__init__(
+            f"no server can serve the {lane} lane now: {reason}",
+            lane=lane,
+            reason=reason,
+        )
+        self.lane = lane
+        self.reason = reason
+
+
+class WakeTimeoutError(NoServerError):
+    """A sleeping server was woken but did not answer its health check within the limit."""
+
+    translation_key = "wake_timeout"
+
+    def __init__(self, *, lane: str, server: str, limit_s: float) -> None:
+        """Say which server did not wake, and how long it was given."""
+        super().__init__(
+            lane=lane, reason=f"{server} did not wake within {limit_s:.0f} s"
+        )
+        self.placeholders.update(server=server, limit=f"{limit_s:.0f}")
+        self.server = server
+
+
+REFUSALS: tuple[type[SchedulerError], ...] = (
+    LimitExceededError,
+    QueueFullError,
+    QuotaExceededError,
+)
+"""Errors of a request refused at the door: nothing reached the server, the caller must change
+the call or try later (a scheduler's record says ``rejected``)."""
+
+
 # --- backends ----------------------------------------------------------------------------------
 
 

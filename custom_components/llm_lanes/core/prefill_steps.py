@@ -51,6 +51,10 @@ class PrefillPacer:
         if tokens >= 16 and seconds > 0:
             self._rates.append(tokens / seconds)
 
+    def tokens_per_s(self) -> float | None:
+        """Return the prefill speed learned (median of the recent steps); None before any step."""
+        return statistics.median(self._rates) if self._rates else None
+
     def step_tokens(self, step_s: float) -> int:
         """Prompt tokens a step of ``step_s`` seconds takes at the speed learned."""
         if not self._rates:

@@ -62,7 +62,9 @@ from custom_components.llm_lanes.core.model import (
 )
 from custom_components.llm_lanes.core.policy import Preempt, create_policy
 from custom_components.llm_lanes.core.prefill_steps import PrefillSteps
+from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
+from custom_components.llm_lanes.core.server_load import ServerLoad
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.slots import SlotPlacer
 from custom_components.llm_lanes.core.snapshot import (
@@ -107,12 +109,13 @@ class Scheduler:
         clock: Callable[[], float] | None = None,
         window_s: float = DEFAULT_WINDOW_S,
         clock_rate: float = 1.0,
+        quotas: QuotaLedger | None = None,
     ) -> None:
         """Create a scheduler for one backend; nothing is sent until a request arrives.
 
         ``window_s`` is the sliding window of the snapshot's metrics. ``clock_rate`` is how many
         ``clock`` seconds pass per event-loop second (a simulator's time scale), so the wait-limit
-        timer fires on time.
+        timer fires on time. ``quotas``: the household's ledger, shared by a pool's members.
         """
         self._backend = backend
         settings = settings if settings is not None else SchedulerSettings()
@@ -130,6 +133,8 @@ class Scheduler:
         self._accounting = Accounting(
             self._state, window_s=window_s, cost_model=self._foreground.cost_model
         )
+        if quotas is not None:
+            self._accounting.quotas = quotas
         self._attempts = Attempts(
             backend=backend,
             state=self._state,
@@ -177,6 +182,13 @@ class Scheduler:
         self._dispatch()
 
     @property
+    def load(self) -> ServerLoad:
+        """A read-only view of the queues, slots and learned costs (what a pool routes by)."""
+        return ServerLoad(
+            self._state, self._foreground, self._slots, self._attempts.prefill.pacer
+        )
+
+    @property
     def batch_cost(self) -> BatchCostModel:
         """The learned curve of inter-token gap against sequences in flight."""
         return self._foreground.cost_model
@@ -192,14 +204,18 @@ class Scheduler:
         return remove
 
     def stream(
-        self, request: ChatRequest, **how: Unpack[Submission]
+        self,
+        request: ChatRequest,
+        sink: list[FinishedRequest] | None = None,
+        **how: Unpack[Submission],
     ) -> AsyncGenerator[StreamChunk]:
         """Queue a request and stream its answer once admitted.
 
         Limits are checked when iteration starts, before anything is sent. Closing the iterator
-        early (or cancelling the task) frees the slot or queue place at once.
+        early (or cancelling the task) frees the slot or queue place at once. Its finished record
+        goes to ``sink`` too (a pool reads it).
         """
-        return self._run(partial(self._submit, request, None, how))
+        return self._run(partial(self._submit, request, sink, how))
 
     async def generate(
         self, request: ChatRequest, **how: Unpack[Submission]

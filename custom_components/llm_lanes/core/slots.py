@@ -130,6 +130,18 @@ class SlotTable:
         """Return the slot a running request holds."""
         return self._by_seq.get(seq)
 
+    def holds(self, keys: PrefixKeys) -> tuple[bool, bool]:
+        """Whether a free slot's cache holds the conversation, and the stable prefix (for routing)."""
+        conversation = stable = False
+        for slot in self._slots:
+            if slot.holder is None and (cached := slot.keys) is not None:
+                conversation |= (
+                    keys.conversation is not None
+                    and cached.conversation == keys.conversation
+                )
+                stable |= keys.stable is not None and cached.stable == keys.stable
+        return conversation, stable
+
     def assign(
         self,
         seq: int,

@@ -1,4 +1,4 @@
-"""Immutable views of the scheduler's state and of finished requests, for entities and events.
+"""Immutable views of a scheduler's and a pool's state and of finished requests, for entities and events.
 
 These are the contract between the engine and the Home Assistant adapters: cheap to take, never
 mutated after creation, free of prompt text. ``build_snapshot`` takes one from the scheduler's
@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from custom_components.llm_lanes.core.availability import ServerState
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.metrics import GroupStats, StatsView
 from custom_components.llm_lanes.core.model import TokenUsage, ToolCall
@@ -44,6 +45,12 @@ class FinishedRequest:
     preemptions: int
     met_ttft: bool
     met_itl: bool
+    server: str | None = None
+    """The server it ended on, where a pool routed it (None: one server's own scheduler)."""
+    failovers: int = 0
+    """How many times a pool moved it to another server after one failed."""
+    resumed_on: str | None = None
+    """The server that continued an answer another server had begun (None: it never did)."""
 
     @property
     def met_objectives(self) -> bool:
@@ -132,6 +139,38 @@ class SchedulerSnapshot:
     background_service_share: float | None = None
     """Background's fraction of the weighted service over the share window (None when idle)."""
     finished_total: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemberSnapshot:
+    """One server of a pool (``pool.ServerPool``)."""
+
+    name: str
+    state: ServerState
+    scheduler: SchedulerSnapshot
+    """Its own scheduler's snapshot (the requests sent to it directly included)."""
+    served_total: int
+    """Pool requests that ended well on it."""
+    failures_total: int
+    """Attempts that failed on it and moved to another server."""
+    resumed_total: int
+    """Answers it continued after another server failed in the middle of them."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolSnapshot:
+    """A pool of servers at one instant."""
+
+    taken_at: float
+    members: Mapping[str, MemberSnapshot]
+    preferred: Mapping[Lane, str | None]
+    """The server each lane's next request would go to now (None: none of its servers is up)."""
+    requests_total: int
+    """Requests that ended, in whatever way."""
+    failovers_total: int
+    """Moves of a request to another server after one failed."""
+    in_flight: int
+    """Pool requests not ended yet."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

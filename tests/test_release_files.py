@@ -521,12 +521,44 @@ def _entry_annotations() -> Iterator[tuple[str, ast.expr | None]]:
                     yield f"config_flow.{item.name}", item.args.args[0].annotation
 
 
+def _annotations(module: ast.Module) -> Iterator[tuple[int, ast.expr]]:
+    """Yield every annotation of a module: arguments, returns and annotated assignments."""
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args
+            for argument in (
+                *arguments.posonlyargs,
+                *arguments.args,
+                *arguments.kwonlyargs,
+                *filter(None, (arguments.vararg, arguments.kwarg)),
+            ):
+                if argument.annotation is not None:
+                    yield argument.lineno, argument.annotation
+            if node.returns is not None:
+                yield node.lineno, node.returns
+        elif isinstance(node, ast.AnnAssign):
+            yield node.lineno, node.annotation
+
+
+def _bare_entries() -> list[str]:
+    """Return where the package annotates a plain ``ConfigEntry`` rather than our typed alias."""
+    return [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, annotation in _annotations(ast.parse(path.read_text("utf-8")))
+        if any(
+            isinstance(node, ast.Name) and node.id == "ConfigEntry"
+            for node in ast.walk(annotation)
+        )
+    ]
+
+
 def _untyped_entries() -> list[str]:
     return [
         name
         for name, annotation in _entry_annotations()
         if not (isinstance(annotation, ast.Name) and TYPED_ENTRY.match(annotation.id))
-    ]
+    ] + _bare_entries()
 
 
 def _runtime_data() -> bool:
@@ -586,7 +618,8 @@ DISCOVERY_STEPS = {
 # look for when a rule is marked done. hassfest runs them on core integrations only: here they
 # hold our claims to the same test. strict-typing's (a line in core's .strict-typing) becomes
 # mypy's strict mode over the package (which scripts/test runs), with the typed config entry
-# that hassfest's runtime-data check then asks for.
+# that hassfest's runtime-data check then asks for, in its functions and in every other
+# annotation of the package.
 RULE_CHECKS: dict[str, Callable[[], bool]] = {
     "config-flow": lambda: (
         MANIFEST.get("config_flow") is True and (PACKAGE / "config_flow.py").is_file()

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from importlib.metadata import version as installed_version
+from importlib.metadata import packages_distributions, requires
 from importlib.util import find_spec
 import json
 from pathlib import Path
 import re
 import string
+import sys
 import tomllib
 from typing import Any, get_args, get_type_hints
 from urllib.parse import urlparse
@@ -27,6 +28,8 @@ from urllib.parse import urlparse
 from awesomeversion import AwesomeVersion, AwesomeVersionStrategy
 from homeassistant.const import Platform, __version__ as HA_VERSION
 from homeassistant.loader import Manifest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 import pytest
 import yaml
 
@@ -137,14 +140,60 @@ def test_manifest_values_are_valid() -> None:
     assert (PACKAGE / "config_flow.py").is_file()
 
 
-def test_manifest_requirements_are_pinned_and_installed() -> None:
-    """Each requirement is pinned to one version, the one the tests run with."""
-    for requirement in MANIFEST["requirements"]:
-        match = re.fullmatch(
-            r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+-]*)", requirement
+DEVELOPMENT_ONLY = {"matplotlib"}
+"""Imported inside the benchmark's plot functions only, which the command line (tools/bench) calls."""
+
+
+def _imported_packages(
+    node: ast.AST, in_function: bool = False
+) -> Iterator[tuple[str, bool]]:
+    """Yield the top-level packages imported, outside ``if TYPE_CHECKING:``, and whether in a function."""
+    for child in ast.iter_child_nodes(node):
+        if (
+            isinstance(child, ast.If)
+            and isinstance(child.test, ast.Name)
+            and child.test.id == "TYPE_CHECKING"
+        ):
+            continue
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                yield alias.name.partition(".")[0], in_function
+        elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+            yield child.module.partition(".")[0], in_function
+        yield from _imported_packages(
+            child,
+            in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
         )
-        assert match, requirement
-        assert installed_version(match[1]) == match[2]
+
+
+def test_the_integration_needs_nothing_beyond_home_assistant() -> None:
+    """No requirement: what the package imports is Python's, Home Assistant's or its requirements'.
+
+    dependency-transparency holds without a dependency. The benchmark's plots are the one
+    exception (``DEVELOPMENT_ONLY``), imported when the command line draws them, never on load.
+    """
+    assert MANIFEST["requirements"] == []
+    ours = {
+        "__future__",
+        "custom_components",
+        "homeassistant",
+        *sys.stdlib_module_names,
+    }
+    home_assistant = {
+        canonicalize_name(Requirement(requirement).name)
+        for requirement in requires("homeassistant") or []
+    }
+    distributions = packages_distributions()
+    outside = {
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in PACKAGE.rglob("*.py")
+        for name, in_function in _imported_packages(ast.parse(path.read_text("utf-8")))
+        if name not in ours
+        and not (name in DEVELOPMENT_ONLY and in_function)
+        and not home_assistant
+        & {canonicalize_name(dist) for dist in distributions.get(name, [])}
+    }
+    assert not outside
 
 
 def test_manifest_dependencies_are_integrations() -> None:
@@ -427,6 +476,11 @@ def test_quality_scale_names_every_rule() -> None:
     assert sorted(QUALITY_SCALE) == sorted(ALL_RULES)
     for rule, value in QUALITY_SCALE.items():
         assert _status(value), rule
+
+
+def test_quality_scale_is_complete() -> None:
+    """Every rule of bronze to platinum is done or exempt: none is left to do."""
+    assert [rule for rule in ALL_RULES if _status(QUALITY_SCALE[rule]) == "todo"] == []
 
 
 def test_quality_scale_status_check_refuses_what_hassfest_refuses() -> None:

@@ -9,7 +9,8 @@
 - ``detect``: which kind of server answers at a base URL (the descriptions' ``probes``), and the
   client for it.
 - ``reports``: where an OpenAI-compatible server reports its version, context, slots and load;
-  ``prometheus``: ``/metrics`` of llama.cpp and vLLM.
+  ``prometheus``: what ``/metrics`` of llama.cpp and vLLM says, read by ``prometheus_text``
+  (the Prometheus text format).
 - ``transport``: timeouts, streamed answers, and failures turned into typed errors, for both
   clients (the wire formats themselves are ``core.protocols``).
 """

@@ -130,11 +130,19 @@ def sim_config() -> SimConfig:
 
 
 @pytest.fixture
+def sim_server_class() -> type[SimulatedServer]:
+    """Serve the simulator's own endpoints (a folder whose tests need more overrides this)."""
+    return SimulatedServer
+
+
+@pytest.fixture
 async def sim(
-    sim_config: SimConfig, socket_enabled: None
+    sim_config: SimConfig,
+    sim_server_class: type[SimulatedServer],
+    socket_enabled: None,
 ) -> AsyncIterator[SimulatedServer]:
     """Run a simulated LLM server on loopback (sockets allowed for the test)."""
-    async with SimulatedServer(sim_config) as server:
+    async with sim_server_class(sim_config) as server:
         yield server
 
 

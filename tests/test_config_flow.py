@@ -328,14 +328,7 @@ async def test_reconfigure_moves_the_server(
         await hass.async_block_till_done()
         states = _reloads(hass, entry)
 
-        result = await _start_reconfigure_flow(hass, entry)
-        result = await hass.config_entries.flow.async_configure(
-            result["flow_id"], {CONF_URL: moved.url}
-        )
-        assert result["type"] is FlowResultType.ABORT
-        assert result["reason"] == "reconfigure_successful"
-        await hass.async_block_till_done()
-        assert entry.data[CONF_URL] == moved.url
+        await _async_move(hass, entry, moved.url)
         assert entry.unique_id == f"llama_cpp@127.0.0.1:{moved.port}"
         assert entry.title == f"llama.cpp on 127.0.0.1:{moved.port} ({model})"
         assert set(entry.subentries) == subentry_ids
@@ -376,14 +369,7 @@ async def test_reconfigure_moves_a_server_with_a_client(
     hass.config_entries.async_add_subentry(entry, client)
     await hass.async_block_till_done()
     async with SimulatedServer(SimConfig(slots=2, model=sim_config.model)) as moved:
-        result = await _start_reconfigure_flow(hass, entry)
-        result = await hass.config_entries.flow.async_configure(
-            result["flow_id"], {CONF_URL: moved.url}
-        )
-        assert result["type"] is FlowResultType.ABORT
-        assert result["reason"] == "reconfigure_successful"
-        await hass.async_block_till_done()
-        assert entry.data[CONF_URL] == moved.url
+        await _async_move(hass, entry, moved.url)
         titles = {s.subentry_type: s.title for s in entry.subentries.values()}
         assert titles == {
             SUBENTRY_CONVERSATION: "llama.cpp on 127.0.0.1 conversation",
@@ -449,6 +435,18 @@ async def _start_reconfigure_flow(
             "entry_id": entry.entry_id,
         },
     )
+
+
+async def _async_move(hass: HomeAssistant, entry: ConfigEntry, url: str) -> None:
+    """Move the entry to the server at ``url`` through the reconfigure flow; let it reload."""
+    result = await _start_reconfigure_flow(hass, entry)
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: url}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "reconfigure_successful"
+    await hass.async_block_till_done()
+    assert entry.data[CONF_URL] == url
 
 
 async def _create_entry(hass: HomeAssistant, url: str, model: str) -> ConfigEntry:

@@ -5,7 +5,7 @@ Recorded responses are replayed by a loopback server that also keeps what the cl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 import json
 
 import aiohttp
@@ -24,9 +24,7 @@ from custom_components.llm_lanes.core.model import (
 )
 from tools.simulator.server import SimConfig, SimulatedServer
 
-from .conftest import FakeServer, Handler, fixture_text, json_handler, lines_handler
-
-Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
+from .conftest import Handler, Serve, fixture_text, json_handler, lines_handler
 
 WEATHER_TOOL = ToolSpec(
     name="get_current_weather",

@@ -18,17 +18,16 @@ from typing import Any, Unpack
 import aiohttp
 
 from custom_components.llm_lanes.core.backends.base import (
-    Backend,
     PrefillStep,
     ServerInfo,
     ServerMetrics,
     server_unique_id,
 )
+from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
     ServerProfile,
     WireApi,
-    server_profile,
 )
 from custom_components.llm_lanes.core.backends.reports import (
     MODELS_PATH,
@@ -37,10 +36,7 @@ from custom_components.llm_lanes.core.backends.reports import (
     models_data,
     served_models,
 )
-from custom_components.llm_lanes.core.backends.transport import (
-    ConnectionOptions,
-    HttpClient,
-)
+from custom_components.llm_lanes.core.backends.transport import ConnectionOptions
 from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
 from custom_components.llm_lanes.core.model import (
     ChatRequest,
@@ -83,8 +79,11 @@ def server_fields(
     return fields
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(HttpBackend):
     """A client for one OpenAI-compatible server of a known kind."""
+
+    api = WireApi.OPENAI
+    api_name = "the OpenAI-compatible API"
 
     def __init__(
         self,
@@ -95,13 +94,8 @@ class OpenAIBackend(Backend):
         **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``kind`` (or a description of one) says what to ask."""
-        profile = server_profile(kind)
-        if profile.api is not WireApi.OPENAI:
-            raise ValueError(f"{profile.name} does not speak the OpenAI-compatible API")
-        super().__init__(profile)
-        self._http = HttpClient(session, base_url, **options)
-        self.base_url = self._http.base_url
-        self.send_priority = profile.takes_priority
+        super().__init__(session, base_url, kind=kind, **options)
+        self.send_priority = self.profile.takes_priority
         """Whether requests carry ``priority``; turned off when the server refuses it."""
 
     # --- what the server is --------------------------------------------------------------

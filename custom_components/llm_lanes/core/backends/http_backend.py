@@ -26,17 +26,19 @@ class HttpBackend(Backend):
     """The API this client speaks; a server described as speaking another is refused."""
     api_name: ClassVar[str]
     """The API as the refusal names it."""
+    default_kind: ClassVar[ServerKind]
+    """The kind a server is taken for when none is given."""
 
     def __init__(
         self,
         session: aiohttp.ClientSession,
         base_url: str,
         *,
-        kind: ServerKind | ServerProfile,
+        kind: ServerKind | ServerProfile | None = None,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session to the server of ``kind`` (or of a description of one)."""
-        profile = server_profile(kind)
+        profile = server_profile(self.default_kind if kind is None else kind)
         if profile.api is not self.api:
             raise ValueError(f"{profile.name} does not speak {self.api_name}")
         super().__init__(profile)

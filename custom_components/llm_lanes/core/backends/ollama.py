@@ -54,13 +54,14 @@ class OllamaBackend(HttpBackend):
 
     api = WireApi.OLLAMA
     api_name = "Ollama's native API"
+    default_kind = ServerKind.OLLAMA
 
     def __init__(
         self,
         session: aiohttp.ClientSession,
         base_url: str,
         *,
-        kind: ServerKind | ServerProfile = ServerKind.OLLAMA,
+        kind: ServerKind | ServerProfile | None = None,
         keep_alive: int | str | None = KEEP_ALIVE_FOREVER,
         **options: Unpack[ConnectionOptions],
     ) -> None:

@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 import logging
-from typing import Any, Unpack
-
-import aiohttp
+from typing import Any
 
 from custom_components.llm_lanes.core.backends.base import (
     PrefillStep,
@@ -36,7 +34,6 @@ from custom_components.llm_lanes.core.backends.reports import (
     models_data,
     served_models,
 )
-from custom_components.llm_lanes.core.backends.transport import ConnectionOptions
 from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
 from custom_components.llm_lanes.core.model import (
     ChatRequest,
@@ -84,19 +81,7 @@ class OpenAIBackend(HttpBackend):
 
     api = WireApi.OPENAI
     api_name = "the OpenAI-compatible API"
-
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        base_url: str,
-        *,
-        kind: ServerKind | ServerProfile = ServerKind.OPENAI_COMPATIBLE,
-        **options: Unpack[ConnectionOptions],
-    ) -> None:
-        """Bind the caller's session; ``kind`` (or a description of one) says what to ask."""
-        super().__init__(session, base_url, kind=kind, **options)
-        self.send_priority = self.profile.takes_priority
-        """Whether requests carry ``priority``; turned off when the server refuses it."""
+    default_kind = ServerKind.OPENAI_COMPATIBLE
 
     # --- what the server is --------------------------------------------------------------
 

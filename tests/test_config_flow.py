@@ -38,6 +38,7 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.gateway.clients import find_client, new_api_key
 from tools.simulator.server import SimConfig, SimulatedServer
 
+from .support.entries import async_start_subentry_flow
 from .support.llamacpp import free_port
 
 type Routes = dict[str, Callable[[web.Request], Any]]
@@ -149,9 +150,8 @@ async def test_two_servers_can_be_told_apart(
         }
 
         # An agent added later is named after its server too.
-        result = await hass.config_entries.subentries.async_init(
-            (entries[1].entry_id, SUBENTRY_CONVERSATION),
-            context={"source": config_entries.SOURCE_USER},
+        result = await async_start_subentry_flow(
+            hass, entries[1], SUBENTRY_CONVERSATION
         )
         name = next(key for key in result["data_schema"].schema if key == CONF_NAME)
         assert name.default() == f"llama.cpp on 127.0.0.1:{second.port} conversation"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-from homeassistant import config_entries
 from homeassistant.const import CONF_API_KEY, CONF_NAME
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
@@ -32,7 +31,7 @@ from custom_components.llm_lanes.requesters import (
     async_requester_name,
     client_requester,
 )
-from tests.support.entries import MODEL
+from tests.support.entries import MODEL, async_start_subentry_flow
 from tests.support.requests import finished_requests
 from tools.simulator.server import SimConfig
 
@@ -50,12 +49,7 @@ async def _add_client_in_the_ui(
     hass: HomeAssistant, entry: MockConfigEntry, **fields: object
 ) -> tuple[str, dict[str, str]]:
     """Go through the add-client flow; return the new subentry's id and the key step's text."""
-    result = await hass.config_entries.subentries.async_init(
-        (entry.entry_id, SUBENTRY_CLIENT),
-        context={"source": config_entries.SOURCE_USER},
-    )
-    assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "user"
+    result = await async_start_subentry_flow(hass, entry, SUBENTRY_CLIENT)
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_NAME: "Open WebUI", CONF_LANE: "interactive", **fields}
     )

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from homeassistant.config_entries import ConfigEntryState
+from homeassistant.config_entries import (
+    SOURCE_USER,
+    ConfigEntry,
+    ConfigEntryState,
+    ConfigFlowResult,
+)
 from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
@@ -43,3 +49,15 @@ async def async_set_up(
     if loaded:
         assert entry.state is ConfigEntryState.LOADED
     return entry
+
+
+async def async_start_subentry_flow(
+    hass: HomeAssistant, entry: ConfigEntry, subentry_type: str
+) -> ConfigFlowResult:
+    """Open the form that adds a subentry of ``subentry_type`` to ``entry``, as the UI's Add does."""
+    result = await hass.config_entries.subentries.async_init(
+        (entry.entry_id, subentry_type), context={"source": SOURCE_USER}
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "user"
+    return result

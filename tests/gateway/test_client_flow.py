@@ -31,18 +31,14 @@ from custom_components.llm_lanes.requesters import (
     async_requester_name,
     client_requester,
 )
-from tests.support.entries import MODEL, async_start_subentry_flow
+from tests.support.entries import FAST_SIM, MODEL, async_start_subentry_flow
 from tests.support.requests import finished_requests
-from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 from .samples import HELLO
 
-
-@pytest.fixture
-def sim_config() -> SimConfig:
-    """Flows do not depend on the server kind: one simulated llama.cpp."""
-    return SimConfig(slots=2, speed=50.0)
+# Flows do not depend on the server kind: one simulated llama.cpp.
+pytestmark = pytest.mark.parametrize("sim_config", [FAST_SIM], ids=["llama_cpp"])
 
 
 async def _add_client_in_the_ui(

@@ -19,6 +19,10 @@ from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from tools.simulator.server import SimConfig
 
 MODEL = SimConfig().model
+FAST_SIM = SimConfig(slots=2, speed=50.0)
+"""The simulated llama.cpp of most tests: two slots, fifty times its real speed."""
+REAL_SPEED_SIM = SimConfig(slots=2, speed=1.0)
+"""A simulated llama.cpp at its real pace (about a second for 100 tokens): a long answer lasts."""
 
 
 def server_entry(

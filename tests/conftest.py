@@ -28,7 +28,7 @@ from custom_components.llm_lanes.const import (
 )
 from tools.simulator.server import SimConfig, SimulatedServer
 
-from .support.entries import async_set_up, server_entry
+from .support.entries import FAST_SIM, async_set_up, server_entry
 
 ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
 """The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
@@ -125,16 +125,27 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    """How the simulated server of a test looks (override in a test module to change it)."""
-    return SimConfig(slots=2, speed=50.0)
+    """How the simulated server of a test looks (a module overrides this, or parametrizes it).
+
+    Shared looks are in ``tests.support.entries`` (``FAST_SIM``, ``REAL_SPEED_SIM``).
+    """
+    return FAST_SIM
+
+
+@pytest.fixture
+def sim_server_class() -> type[SimulatedServer]:
+    """Serve the simulator's own endpoints (a folder whose tests need more overrides this)."""
+    return SimulatedServer
 
 
 @pytest.fixture
 async def sim(
-    sim_config: SimConfig, socket_enabled: None
+    sim_config: SimConfig,
+    sim_server_class: type[SimulatedServer],
+    socket_enabled: None,
 ) -> AsyncIterator[SimulatedServer]:
     """Run a simulated LLM server on loopback (sockets allowed for the test)."""
-    async with SimulatedServer(sim_config) as server:
+    async with sim_server_class(sim_config) as server:
         yield server
 
 

@@ -6,6 +6,7 @@ The entry's other flows are tested beside this: reauth, options and subentry flo
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from types import MappingProxyType
 from typing import Any
 
 from aiohttp import web
@@ -15,6 +16,7 @@ from homeassistant.config_entries import (
     ConfigEntry,
     ConfigEntryChange,
     ConfigEntryState,
+    ConfigSubentry,
 )
 from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
 from homeassistant.core import HomeAssistant, callback
@@ -26,13 +28,17 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import (
     CONF_KIND,
+    CONF_LANE,
     CONF_MODEL,
     DOMAIN,
     SUBENTRY_AI_TASK,
+    SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
 )
+from custom_components.llm_lanes.gateway.clients import find_client, new_api_key
 from tools.simulator.server import SimConfig, SimulatedServer
 
+from .support.entries import async_start_subentry_flow
 from .support.llamacpp import free_port
 
 type Routes = dict[str, Callable[[web.Request], Any]]
@@ -144,9 +150,8 @@ async def test_two_servers_can_be_told_apart(
         }
 
         # An agent added later is named after its server too.
-        result = await hass.config_entries.subentries.async_init(
-            (entries[1].entry_id, SUBENTRY_CONVERSATION),
-            context={"source": config_entries.SOURCE_USER},
+        result = await async_start_subentry_flow(
+            hass, entries[1], SUBENTRY_CONVERSATION
         )
         name = next(key for key in result["data_schema"].schema if key == CONF_NAME)
         assert name.default() == f"llama.cpp on 127.0.0.1:{second.port} conversation"
@@ -323,14 +328,7 @@ async def test_reconfigure_moves_the_server(
         await hass.async_block_till_done()
         states = _reloads(hass, entry)
 
-        result = await _start_reconfigure_flow(hass, entry)
-        result = await hass.config_entries.flow.async_configure(
-            result["flow_id"], {CONF_URL: moved.url}
-        )
-        assert result["type"] is FlowResultType.ABORT
-        assert result["reason"] == "reconfigure_successful"
-        await hass.async_block_till_done()
-        assert entry.data[CONF_URL] == moved.url
+        await _async_move(hass, entry, moved.url)
         assert entry.unique_id == f"llama_cpp@127.0.0.1:{moved.port}"
         assert entry.title == f"llama.cpp on 127.0.0.1:{moved.port} ({model})"
         assert set(entry.subentries) == subentry_ids
@@ -353,6 +351,36 @@ async def test_reconfigure_moves_the_server(
         assert result["step_id"] == "model"
         for loaded in (entry, neighbour_entry):
             assert await hass.config_entries.async_unload(loaded.entry_id)
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_reconfigure_moves_a_server_with_a_client(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig
+) -> None:
+    """A gateway client keeps its name and key when its server moves (only agents are renamed)."""
+    entry = await _create_entry(hass, sim.url, sim_config.model)
+    api_key = new_api_key()
+    client = ConfigSubentry(
+        data=MappingProxyType({CONF_LANE: "interactive", CONF_API_KEY: api_key}),
+        subentry_type=SUBENTRY_CLIENT,
+        title="Open WebUI",
+        unique_id=None,
+    )
+    hass.config_entries.async_add_subentry(entry, client)
+    await hass.async_block_till_done()
+    async with SimulatedServer(SimConfig(slots=2, model=sim_config.model)) as moved:
+        await _async_move(hass, entry, moved.url)
+        titles = {s.subentry_type: s.title for s in entry.subentries.values()}
+        assert titles == {
+            SUBENTRY_CONVERSATION: "llama.cpp on 127.0.0.1 conversation",
+            SUBENTRY_AI_TASK: "llama.cpp on 127.0.0.1 AI Task",
+            SUBENTRY_CLIENT: "Open WebUI",
+        }
+        found = find_client(hass, api_key)
+        assert found is not None
+        assert found[0] is entry
+        assert found[1].subentry_id == client.subentry_id
+        assert await hass.config_entries.async_unload(entry.entry_id)
 
 
 def _entity_ids(hass: HomeAssistant, entry: ConfigEntry) -> set[str]:
@@ -407,6 +435,18 @@ async def _start_reconfigure_flow(
             "entry_id": entry.entry_id,
         },
     )
+
+
+async def _async_move(hass: HomeAssistant, entry: ConfigEntry, url: str) -> None:
+    """Move the entry to the server at ``url`` through the reconfigure flow; let it reload."""
+    result = await _start_reconfigure_flow(hass, entry)
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: url}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "reconfigure_successful"
+    await hass.async_block_till_done()
+    assert entry.data[CONF_URL] == url
 
 
 async def _create_entry(hass: HomeAssistant, url: str, model: str) -> ConfigEntry:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import ATTR_FRIENDLY_NAME
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.helpers import config_validation as cv
 import probatio
+import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.settings_options import DEFAULT_SLOTS
+from tools.simulator.server import SimulatedServer
 
 from .support.entities import async_flush_snapshots, async_set_options
+from .support.entries import async_set_up
 from .support.requests import async_generate
 
 
@@ -172,3 +177,27 @@ async def test_quota_picker_offers_known_requesters_by_name(
         "label": "AI Task",
     }
     assert rows["fields"]["tokens"]["selector"]["number"]["min"] == 0
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_options_while_the_server_is_down(
+    hass: HomeAssistant, mock_config_entry: MockConfigEntry, sim: SimulatedServer
+) -> None:
+    """An entry waiting for its server takes options: the form assumes the default slot count."""
+    await sim.stop()
+    entry = await async_set_up(hass, mock_config_entry, loaded=False)
+    assert entry.state is ConfigEntryState.SETUP_RETRY
+    result = await hass.config_entries.options.async_init(entry.entry_id)
+    assert result["type"] is FlowResultType.FORM
+    form = {
+        str(key): key.default()
+        for key in result["data_schema"].schema
+        if isinstance(key, probatio.Required)
+    }
+    # The server's slot count is unknown while it is down.
+    assert form["max_sequences"] == DEFAULT_SLOTS
+    result = await hass.config_entries.options.async_configure(
+        result["flow_id"], {**form, "max_sequences": 3}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert entry.options["max_sequences"] == 3

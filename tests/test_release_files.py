@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterator
-from importlib.metadata import version as installed_version
+from importlib.metadata import packages_distributions, requires
 from importlib.util import find_spec
 import json
 from pathlib import Path
 import re
 import string
+import sys
 import tomllib
 from typing import Any, get_args, get_type_hints
 from urllib.parse import urlparse
@@ -27,6 +28,8 @@ from urllib.parse import urlparse
 from awesomeversion import AwesomeVersion, AwesomeVersionStrategy
 from homeassistant.const import Platform, __version__ as HA_VERSION
 from homeassistant.loader import Manifest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 import pytest
 import yaml
 
@@ -137,14 +140,60 @@ def test_manifest_values_are_valid() -> None:
     assert (PACKAGE / "config_flow.py").is_file()
 
 
-def test_manifest_requirements_are_pinned_and_installed() -> None:
-    """Each requirement is pinned to one version, the one the tests run with."""
-    for requirement in MANIFEST["requirements"]:
-        match = re.fullmatch(
-            r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+-]*)", requirement
+DEVELOPMENT_ONLY = {"matplotlib"}
+"""Imported inside the benchmark's plot functions only, which the command line (tools/bench) calls."""
+
+
+def _imported_packages(
+    node: ast.AST, in_function: bool = False
+) -> Iterator[tuple[str, bool]]:
+    """Yield the top-level packages imported, outside ``if TYPE_CHECKING:``, and whether in a function."""
+    for child in ast.iter_child_nodes(node):
+        if (
+            isinstance(child, ast.If)
+            and isinstance(child.test, ast.Name)
+            and child.test.id == "TYPE_CHECKING"
+        ):
+            continue
+        if isinstance(child, ast.Import):
+            for alias in child.names:
+                yield alias.name.partition(".")[0], in_function
+        elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
+            yield child.module.partition(".")[0], in_function
+        yield from _imported_packages(
+            child,
+            in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)),
         )
-        assert match, requirement
-        assert installed_version(match[1]) == match[2]
+
+
+def test_the_integration_needs_nothing_beyond_home_assistant() -> None:
+    """No requirement: what the package imports is Python's, Home Assistant's or its requirements'.
+
+    dependency-transparency holds without a dependency. The benchmark's plots are the one
+    exception (``DEVELOPMENT_ONLY``), imported when the command line draws them, never on load.
+    """
+    assert MANIFEST["requirements"] == []
+    ours = {
+        "__future__",
+        "custom_components",
+        "homeassistant",
+        *sys.stdlib_module_names,
+    }
+    home_assistant = {
+        canonicalize_name(Requirement(requirement).name)
+        for requirement in requires("homeassistant") or []
+    }
+    distributions = packages_distributions()
+    outside = {
+        f"{path.relative_to(PACKAGE)}: {name}"
+        for path in PACKAGE.rglob("*.py")
+        for name, in_function in _imported_packages(ast.parse(path.read_text("utf-8")))
+        if name not in ours
+        and not (name in DEVELOPMENT_ONLY and in_function)
+        and not home_assistant
+        & {canonicalize_name(dist) for dist in distributions.get(name, [])}
+    }
+    assert not outside
 
 
 def test_manifest_dependencies_are_integrations() -> None:
@@ -429,6 +478,11 @@ def test_quality_scale_names_every_rule() -> None:
         assert _status(value), rule
 
 
+def test_quality_scale_is_complete() -> None:
+    """Every rule of bronze to platinum is done or exempt: none is left to do."""
+    assert [rule for rule in ALL_RULES if _status(QUALITY_SCALE[rule]) == "todo"] == []
+
+
 def test_quality_scale_status_check_refuses_what_hassfest_refuses() -> None:
     """A bare ``exempt``, an exempt without comment and an unknown status all fail."""
     for value in (
@@ -521,12 +575,44 @@ def _entry_annotations() -> Iterator[tuple[str, ast.expr | None]]:
                     yield f"config_flow.{item.name}", item.args.args[0].annotation
 
 
+def _annotations(module: ast.Module) -> Iterator[tuple[int, ast.expr]]:
+    """Yield every annotation of a module: arguments, returns and annotated assignments."""
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args
+            for argument in (
+                *arguments.posonlyargs,
+                *arguments.args,
+                *arguments.kwonlyargs,
+                *filter(None, (arguments.vararg, arguments.kwarg)),
+            ):
+                if argument.annotation is not None:
+                    yield argument.lineno, argument.annotation
+            if node.returns is not None:
+                yield node.lineno, node.returns
+        elif isinstance(node, ast.AnnAssign):
+            yield node.lineno, node.annotation
+
+
+def _bare_entries() -> list[str]:
+    """Return where the package annotates a plain ``ConfigEntry`` rather than our typed alias."""
+    return [
+        f"{path.relative_to(PACKAGE)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, annotation in _annotations(ast.parse(path.read_text("utf-8")))
+        if any(
+            isinstance(node, ast.Name) and node.id == "ConfigEntry"
+            for node in ast.walk(annotation)
+        )
+    ]
+
+
 def _untyped_entries() -> list[str]:
     return [
         name
         for name, annotation in _entry_annotations()
         if not (isinstance(annotation, ast.Name) and TYPED_ENTRY.match(annotation.id))
-    ]
+    ] + _bare_entries()
 
 
 def _runtime_data() -> bool:
@@ -586,7 +672,8 @@ DISCOVERY_STEPS = {
 # look for when a rule is marked done. hassfest runs them on core integrations only: here they
 # hold our claims to the same test. strict-typing's (a line in core's .strict-typing) becomes
 # mypy's strict mode over the package (which scripts/test runs), with the typed config entry
-# that hassfest's runtime-data check then asks for.
+# that hassfest's runtime-data check then asks for, in its functions and in every other
+# annotation of the package.
 RULE_CHECKS: dict[str, Callable[[], bool]] = {
     "config-flow": lambda: (
         MANIFEST.get("config_flow") is True and (PACKAGE / "config_flow.py").is_file()

@@ -251,10 +251,7 @@ async def test_requests_served_survive_reload(
 
     assert await hass.config_entries.async_reload(entry.entry_id)
     await hass.async_block_till_done()
-    assert state_of(hass, entry, "sensor", "automation_requests_served") == "2"
-    await async_generate(entry, lane=Lane.AUTOMATION, requester="job:a")
-    await async_flush_snapshots(hass)
-    assert state_of(hass, entry, "sensor", "automation_requests_served") == "3"
+    await _assert_served_grows_from(hass, entry, Lane.AUTOMATION, 2)
 
 
 async def test_requests_served_restored_after_restart(
@@ -269,11 +266,19 @@ async def test_requests_served_restored_after_restart(
     )
     assert await hass.config_entries.async_setup(entry.entry_id)
     await hass.async_block_till_done()
-    assert state_of(hass, entry, "sensor", "voice_requests_served") == "41"
-    await async_generate(entry, lane=Lane.VOICE, requester="user:abc")
-    await async_flush_snapshots(hass)
-    assert state_of(hass, entry, "sensor", "voice_requests_served") == "42"
+    await _assert_served_grows_from(hass, entry, Lane.VOICE, 41)
     assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def _assert_served_grows_from(
+    hass: HomeAssistant, entry: MockConfigEntry, lane: Lane, restored: int
+) -> None:
+    """Check that the lane's requests served show ``restored``, and one more after a request."""
+    key = f"{lane.key}_requests_served"
+    assert state_of(hass, entry, "sensor", key) == str(restored)
+    await async_generate(entry, lane=lane, requester="user:abc")
+    await async_flush_snapshots(hass)
+    assert state_of(hass, entry, "sensor", key) == str(restored + 1)
 
 
 async def test_server_url_sensor(

@@ -18,18 +18,15 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 
+from .support.entries import async_start_subentry_flow
+
 
 async def test_subentry_flows(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """Agents and AI Task entities are added and reconfigured; the entry reloads for them."""
     entry = init_integration
-    result = await hass.config_entries.subentries.async_init(
-        (entry.entry_id, SUBENTRY_CONVERSATION),
-        context={"source": config_entries.SOURCE_USER},
-    )
-    assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "user"
+    result = await async_start_subentry_flow(hass, entry, SUBENTRY_CONVERSATION)
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"],
         {

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from homeassistant.config_entries import (
-    ConfigEntry,
     ConfigEntryState,
     ConfigFlow,
     ConfigFlowResult,
@@ -48,6 +47,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CLIENT,
     SUBENTRY_CONVERSATION,
 )
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.errors import AuthError, BackendError
 from custom_components.llm_lanes.entry_defaults import (
@@ -238,7 +238,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             description_placeholders=placeholders,
         )
 
-    def _moved_title(self, entry: ConfigEntry, url: str) -> str:
+    def _moved_title(self, entry: LLMLanesConfigEntry, url: str) -> str:
         """Return the entry's title at ``url``: the new default in place of the old, or its own."""
         kind = ServerKind(entry.data[CONF_KIND])
         model = entry.data[CONF_MODEL]
@@ -250,7 +250,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
         )
 
     @callback
-    def _async_rename_defaults(self, entry: ConfigEntry, url: str) -> None:
+    def _async_rename_defaults(self, entry: LLMLanesConfigEntry, url: str) -> None:
         """Give the agents and AI Task entities named after the old address the new name."""
         kind = ServerKind(entry.data[CONF_KIND])
         old = default_names(kind, entry.data[CONF_URL])
@@ -268,7 +268,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     @callback
     def _async_store(
         self,
-        entry: ConfigEntry,
+        entry: LLMLanesConfigEntry,
         *,
         data: Mapping[str, Any],
         unique_id: str | None = None,
@@ -338,14 +338,14 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
 
     @staticmethod
     @callback
-    def async_get_options_flow(config_entry: ConfigEntry) -> OptionsFlow:
+    def async_get_options_flow(config_entry: LLMLanesConfigEntry) -> OptionsFlow:
         """Edit the scheduler settings."""
         return LLMLanesOptionsFlow()
 
     @classmethod
     @callback
     def async_get_supported_subentry_types(
-        cls, config_entry: ConfigEntry
+        cls, config_entry: LLMLanesConfigEntry
     ) -> dict[str, type[ConfigSubentryFlow]]:
         """Conversation agents, AI Task entities and gateway clients, any number of each."""
         return {

@@ -115,12 +115,9 @@ def sim_config(request: pytest.FixtureRequest) -> SimConfig:
 
 
 @pytest.fixture
-async def sim(
-    sim_config: SimConfig, socket_enabled: None
-) -> AsyncIterator[SimulatedServer]:
-    """Run the simulated server with raw completions and embeddings too."""
-    async with GatewaySim(sim_config) as server:
-        yield server
+def sim_server_class() -> type[SimulatedServer]:
+    """Serve raw completions and embeddings too."""
+    return GatewaySim
 
 
 @pytest.fixture(autouse=True)

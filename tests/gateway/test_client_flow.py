@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-from homeassistant import config_entries
 from homeassistant.const import CONF_API_KEY, CONF_NAME
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
@@ -32,30 +31,21 @@ from custom_components.llm_lanes.requesters import (
     async_requester_name,
     client_requester,
 )
-from tests.support.entries import MODEL
+from tests.support.entries import FAST_SIM, MODEL, async_start_subentry_flow
 from tests.support.requests import finished_requests
-from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 from .samples import HELLO
 
-
-@pytest.fixture
-def sim_config() -> SimConfig:
-    """Flows do not depend on the server kind: one simulated llama.cpp."""
-    return SimConfig(slots=2, speed=50.0)
+# Flows do not depend on the server kind: one simulated llama.cpp.
+pytestmark = pytest.mark.parametrize("sim_config", [FAST_SIM], ids=["llama_cpp"])
 
 
 async def _add_client_in_the_ui(
     hass: HomeAssistant, entry: MockConfigEntry, **fields: object
 ) -> tuple[str, dict[str, str]]:
     """Go through the add-client flow; return the new subentry's id and the key step's text."""
-    result = await hass.config_entries.subentries.async_init(
-        (entry.entry_id, SUBENTRY_CLIENT),
-        context={"source": config_entries.SOURCE_USER},
-    )
-    assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "user"
+    result = await async_start_subentry_flow(hass, entry, SUBENTRY_CLIENT)
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_NAME: "Open WebUI", CONF_LANE: "interactive", **fields}
     )

@@ -14,20 +14,17 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import OPT_MAX_SEQUENCES
 from tests.support.entities import async_set_options
-from tests.support.entries import MODEL
+from tests.support.entries import MODEL, REAL_SPEED_SIM
 from tests.support.requests import async_wait_for, finished_requests
-from tools.simulator.server import SimConfig, SimulatedServer
+from tools.simulator.server import SimulatedServer
 
 from .conftest import Gateway
 from .samples import HELLO, long_stream
 
-pytestmark = pytest.mark.parametrize("handler_cancellation", [False, True])
-
-
-@pytest.fixture
-def sim_config() -> SimConfig:
-    """One simulated llama.cpp at real speed: a long answer takes seconds."""
-    return SimConfig(slots=2, speed=1.0)
+pytestmark = [
+    pytest.mark.parametrize("handler_cancellation", [False, True]),
+    pytest.mark.parametrize("sim_config", [REAL_SPEED_SIM], ids=["real_speed"]),
+]
 
 
 async def test_disconnect_mid_stream_frees_the_slot(

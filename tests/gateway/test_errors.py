@@ -27,7 +27,7 @@ from custom_components.llm_lanes.const import (
 )
 from custom_components.llm_lanes.gateway.relay import MAX_BODY_BYTES
 from tests.support.entities import async_set_options
-from tests.support.entries import MODEL, async_set_up, server_entry
+from tests.support.entries import MODEL, REAL_SPEED_SIM, async_set_up, server_entry
 from tests.support.llamacpp import free_port
 from tests.support.requests import async_wait_for, finished_requests
 from tools.simulator.server import SimConfig, SimulatedServer
@@ -38,8 +38,8 @@ from .samples import HELLO, long_stream
 
 @pytest.fixture
 def sim_config() -> SimConfig:
-    """One simulated llama.cpp at real speed."""
-    return SimConfig(slots=2, speed=1.0)
+    """One simulated llama.cpp at real speed (a fixture: not every test here runs a server)."""
+    return REAL_SPEED_SIM
 
 
 @contextlib.asynccontextmanager

@@ -12,17 +12,12 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.llm_lanes.const import OPT_MAX_SEQUENCES
 from custom_components.llm_lanes.core.lanes import Lane
 from tests.support.entities import async_set_options
-from tests.support.entries import MODEL
+from tests.support.entries import MODEL, REAL_SPEED_SIM
 from tests.support.requests import async_wait_for, finished_requests
-from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
 
-
-@pytest.fixture
-def sim_config() -> SimConfig:
-    """One simulated llama.cpp at real speed."""
-    return SimConfig(slots=2, speed=1.0)
+pytestmark = pytest.mark.parametrize("sim_config", [REAL_SPEED_SIM], ids=["real_speed"])
 
 
 async def _first_token(api: openai.AsyncOpenAI, label: str, order: list[str]) -> None:

@@ -23,14 +23,10 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.jobs.model import JobStatus
 from custom_components.llm_lanes.jobs.store import storage_key
+from tests.support.entries import REAL_SPEED_SIM
 from tests.support.requests import async_call_action
-from tools.simulator.server import SimConfig
 
-
-@pytest.fixture
-def sim_config() -> SimConfig:
-    """Run the simulated server at its real pace (about a second for 100 tokens)."""
-    return SimConfig(slots=2, speed=1.0)
+pytestmark = pytest.mark.parametrize("sim_config", [REAL_SPEED_SIM], ids=["real_speed"])
 
 
 async def test_job_interrupted_by_a_reload_completes_exactly_once(

@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
-from homeassistant.config_entries import ConfigEntryState
+from homeassistant.config_entries import (
+    SOURCE_USER,
+    ConfigEntry,
+    ConfigEntryState,
+    ConfigFlowResult,
+)
 from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from tools.simulator.server import SimConfig
 
 MODEL = SimConfig().model
+FAST_SIM = SimConfig(slots=2, speed=50.0)
+"""The simulated llama.cpp of most tests: two slots, fifty times its real speed."""
+REAL_SPEED_SIM = SimConfig(slots=2, speed=1.0)
+"""A simulated llama.cpp at its real pace (about a second for 100 tokens): a long answer lasts."""
 
 
 def server_entry(
@@ -43,3 +53,15 @@ async def async_set_up(
     if loaded:
         assert entry.state is ConfigEntryState.LOADED
     return entry
+
+
+async def async_start_subentry_flow(
+    hass: HomeAssistant, entry: ConfigEntry, subentry_type: str
+) -> ConfigFlowResult:
+    """Open the form that adds a subentry of ``subentry_type`` to ``entry``, as the UI's Add does."""
+    result = await hass.config_entries.subentries.async_init(
+        (entry.entry_id, subentry_type), context={"source": SOURCE_USER}
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "user"
+    return result

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from aiohttp import hdrs, web
 from homeassistant.components.http.ban import process_success_login, process_wrong_login
 from homeassistant.components.http.const import KEY_HASS_USER
-from homeassistant.config_entries import ConfigEntry
 from homeassistant.helpers.http import KEY_AUTHENTICATED, KEY_HASS
 
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.gateway.clients import OLLAMA_PATH, find_client
 from custom_components.llm_lanes.gateway.http_errors import unauthorized
@@ -30,7 +30,7 @@ class Caller:
     requester: str
     lane: Lane
     max_output_tokens: int | None = None
-    entry: ConfigEntry | None = None
+    entry: LLMLanesConfigEntry | None = None
     """The client's server entry; None for a Home Assistant user (whichever serves the model)."""
 
 

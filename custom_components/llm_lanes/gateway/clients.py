@@ -13,7 +13,7 @@ import hmac
 import secrets
 from typing import Final
 
-from homeassistant.config_entries import ConfigEntry, ConfigSubentry
+from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
@@ -25,6 +25,7 @@ from custom_components.llm_lanes.const import (
     DOMAIN,
     SUBENTRY_CLIENT,
 )
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.requesters import client_requester
 
@@ -74,7 +75,7 @@ def new_api_key() -> str:
     return secrets.token_urlsafe(KEY_BYTES)
 
 
-def client_subentries(entry: ConfigEntry) -> Iterator[ConfigSubentry]:
+def client_subentries(entry: LLMLanesConfigEntry) -> Iterator[ConfigSubentry]:
     """Iterate over the client subentries of a server entry."""
     return (
         subentry
@@ -83,7 +84,7 @@ def client_subentries(entry: ConfigEntry) -> Iterator[ConfigSubentry]:
     )
 
 
-def client_quotas(entry: ConfigEntry) -> dict[str, int]:
+def client_quotas(entry: LLMLanesConfigEntry) -> dict[str, int]:
     """Return the daily token quotas the entry's clients set, by requester."""
     clients = (Client.of(subentry) for subentry in client_subentries(entry))
     return {
@@ -93,7 +94,9 @@ def client_quotas(entry: ConfigEntry) -> dict[str, int]:
     }
 
 
-def find_client(hass: HomeAssistant, api_key: str) -> tuple[ConfigEntry, Client] | None:
+def find_client(
+    hass: HomeAssistant, api_key: str
+) -> tuple[LLMLanesConfigEntry, Client] | None:
     """Find the client a key belongs to, among the clients of every server entry.
 
     Every stored key is compared, in constant time, whatever matched before: how long this
@@ -101,7 +104,7 @@ def find_client(hass: HomeAssistant, api_key: str) -> tuple[ConfigEntry, Client]
     start-up) are searched too, so their clients get "unavailable" rather than "unauthorized".
     """
     given = api_key.encode()
-    found: tuple[ConfigEntry, ConfigSubentry] | None = None
+    found: tuple[LLMLanesConfigEntry, ConfigSubentry] | None = None
     for entry in hass.config_entries.async_entries(DOMAIN):
         for subentry in client_subentries(entry):
             stored = str(subentry.data.get(CONF_API_KEY, "")).encode()

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from aiohttp import web
-from homeassistant.config_entries import ConfigEntry, ConfigEntryState
+from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS
 
@@ -93,7 +93,7 @@ def _full_name(model: str) -> str:
     return model if ":" in model else f"{model}:latest"
 
 
-def _loaded(entry: ConfigEntry) -> ServingEntry:
+def _loaded(entry: LLMLanesConfigEntry) -> ServingEntry:
     """Return the server of a client's entry (503 when it is not set up or does not answer)."""
     if entry.state is not ConfigEntryState.LOADED:
         raise unavailable(

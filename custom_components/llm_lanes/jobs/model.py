@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from types import NoneType, UnionType
+from typing import Any, get_args, get_type_hints
 
 import homeassistant.util.dt as dt_util
 
@@ -218,36 +219,13 @@ class Job:
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> Job:
-        """Rebuild a job from what ``as_stored`` wrote."""
+        """Rebuild a job from what ``as_stored`` wrote: each field read back by its type."""
+        hints = get_type_hints(cls)
         return cls(
-            id=data["id"],
-            name=data["name"],
-            requester=data["requester"],
-            user_id=data["user_id"],
-            created_at=_parse_dt(data["created_at"]),
-            system_prompt=data["system_prompt"],
-            prompt=data["prompt"],
-            prompt_note=data["prompt_note"],
-            prompt_tokens_estimate=data["prompt_tokens_estimate"],
-            max_output_tokens=data["max_output_tokens"],
-            run_now=data["run_now"],
-            notify_target=data["notify_target"],
-            persistent_notification=data["persistent_notification"],
-            status=JobStatus(data["status"]),
-            attempts=data["attempts"],
-            interrupted=data["interrupted"],
-            last_error=data["last_error"],
-            wait_reason=WaitReason(data["wait_reason"])
-            if data["wait_reason"] is not None
-            else None,
-            not_before=_parse_optional_dt(data["not_before"]),
-            started_at=_parse_optional_dt(data["started_at"]),
-            finished_at=_parse_optional_dt(data["finished_at"]),
-            text=data["text"],
-            prompt_tokens=data["prompt_tokens"],
-            output_tokens=data["output_tokens"],
-            token_source=data["token_source"],
-            ttft_s=data["ttft_s"],
+            **{
+                field.name: _restored(hints[field.name], data[field.name])
+                for field in fields(cls)
+            }
         )
 
     def as_response(self) -> dict[str, Any]:
@@ -260,9 +238,23 @@ class Job:
 
 
 def _stored(value: Any) -> Any:
+    """Make a field's value JSON-safe (``_restored`` reads it back)."""
     if isinstance(value, datetime):
         return value.isoformat()
     return value.value if isinstance(value, StrEnum) else value
+
+
+def _restored(hint: Any, value: Any) -> Any:
+    """Read back what ``_stored`` wrote of a field whose type is ``hint``."""
+    if value is None:
+        return None
+    if isinstance(hint, UnionType):  # a type or None: the value is not None here
+        (hint,) = set(get_args(hint)) - {NoneType}
+    if hint is datetime:
+        return _parse_dt(value)
+    if isinstance(hint, type) and issubclass(hint, StrEnum):
+        return hint(value)
+    return value
 
 
 def iso_or_none(value: datetime | None) -> str | None:
@@ -275,7 +267,3 @@ def _parse_dt(value: str) -> datetime:
     if parsed is None:
         raise ValueError(f"not a datetime: {value!r}")
     return parsed
-
-
-def _parse_optional_dt(value: str | None) -> datetime | None:
-    return _parse_dt(value) if value else None

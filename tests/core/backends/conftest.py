@@ -23,6 +23,10 @@ from tests.support.llamacpp import LlamaServer, session_llama_server
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+type Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
+"""What ``serve`` gives a test: start a loopback server with these routes."""
+CHAT = "POST /v1/chat/completions"
+"""The OpenAI-compatible chat route."""
 
 RELEASE = web.AppKey("release", asyncio.Event)
 """Set when the test ends: handlers that stall on purpose wait for it, so none outlives the test."""
@@ -53,9 +57,7 @@ def llama_server() -> Iterator[LlamaServer]:
 
 
 @pytest.fixture
-async def serve() -> AsyncIterator[
-    Callable[[dict[str, Handler]], Awaitable[FakeServer]]
-]:
+async def serve() -> AsyncIterator[Serve]:
     """Start loopback servers from ``{"METHOD /path": handler}`` maps; stopped after the test."""
     runners: list[web.AppRunner] = []
     release = asyncio.Event()

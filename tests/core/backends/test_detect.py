@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 import socket
 
 import aiohttp
@@ -19,9 +18,7 @@ from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.errors import AuthError, BackendConnectionError
 from tools.simulator.server import SimConfig, SimulatedServer
 
-from .conftest import FakeServer, Handler, json_handler, text_handler
-
-Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
+from .conftest import Serve, json_handler, text_handler
 
 VLLM_MODELS = {
     "object": "list",

@@ -34,13 +34,7 @@ from custom_components.llm_lanes.core.errors import (
 )
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
 
-from .conftest import (
-    FakeServer,
-    Handler,
-    json_handler,
-    lines_handler,
-    stall_until_released,
-)
+from .conftest import Handler, Serve, json_handler, lines_handler, stall_until_released
 
 FAST = BackendTimeouts(connect_s=0.5, request_s=2.0, first_token_s=0.5, idle_s=0.3)
 REQUEST = ChatRequest(model="m", messages=(ChatMessage(role="user", content="hi"),))
@@ -50,8 +44,6 @@ OLLAMA_LINE = json.dumps(
 SSE_LINE = "data: " + json.dumps(
     {"choices": [{"index": 0, "delta": {"content": "Hel"}}]}
 )
-
-Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
 
 
 def make_backend(session: aiohttp.ClientSession, url: str, api: str) -> Backend:

@@ -6,7 +6,7 @@ served against a loopback server of SGLang's shape, with nothing changed outside
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import MISSING, fields, replace
 import json
 from typing import Any
@@ -39,10 +39,16 @@ from custom_components.llm_lanes.core.backends.reports import (
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.protocols.openai_requests import chat_body
 
-from .conftest import FakeServer, Handler, json_handler, lines_handler, text_handler
+from .conftest import (
+    CHAT,
+    FakeServer,
+    Handler,
+    Serve,
+    json_handler,
+    lines_handler,
+    text_handler,
+)
 
-Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
-CHAT = "POST /v1/chat/completions"
 MESSAGES = (ChatMessage(role="user", content="hello"),)
 
 

@@ -5,7 +5,7 @@ Recorded responses are replayed by a loopback server that also keeps what the cl
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 import json
 
 import aiohttp
@@ -24,9 +24,14 @@ from custom_components.llm_lanes.core.model import (
 )
 from tools.simulator.server import SimConfig, SimulatedServer
 
-from .conftest import FakeServer, Handler, fixture_text, json_handler, lines_handler
-
-Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
+from .conftest import (
+    FakeServer,
+    Handler,
+    Serve,
+    fixture_text,
+    json_handler,
+    lines_handler,
+)
 
 WEATHER_TOOL = ToolSpec(
     name="get_current_weather",
@@ -194,18 +199,24 @@ async def test_estimates_when_the_server_gives_no_counts(
     assert final.usage.prompt_tokens == 14  # 40 chars / 4 + 4 for the message frame
 
 
-async def test_recorded_info_and_metrics(
-    session: aiohttp.ClientSession, serve: Serve
-) -> None:
-    """Version, installed models and the loaded model come from the recorded documents."""
-    server = await serve(
+@pytest.fixture
+async def recorded_ollama(serve: Serve) -> FakeServer:
+    """Replay the recorded documents: version, installed and loaded models, a model load."""
+    return await serve(
         {
             "GET /api/version": recorded_json("version.json"),
             "GET /api/tags": recorded_json("tags.json"),
             "GET /api/ps": recorded_json("ps.json"),
+            "POST /api/chat": recorded_json("chat_load.json"),
         }
     )
-    backend = OllamaBackend(session, server.url + "/")
+
+
+async def test_recorded_info_and_metrics(
+    session: aiohttp.ClientSession, recorded_ollama: FakeServer
+) -> None:
+    """Version, installed models and the loaded model come from the recorded documents."""
+    backend = OllamaBackend(session, recorded_ollama.url + "/")
     info = await backend.server_info()
     assert info.kind is ServerKind.OLLAMA
     assert info.version == "0.5.1"
@@ -217,19 +228,13 @@ async def test_recorded_info_and_metrics(
 
 
 async def test_warm_up_loads_and_keeps_the_model(
-    session: aiohttp.ClientSession, serve: Serve
+    session: aiohttp.ClientSession, recorded_ollama: FakeServer
 ) -> None:
     """warm_up sends an empty chat with keep_alive and reports what /api/ps says."""
-    server = await serve(
-        {
-            "POST /api/chat": recorded_json("chat_load.json"),
-            "GET /api/ps": recorded_json("ps.json"),
-        }
-    )
-    backend = OllamaBackend(session, server.url)
+    backend = OllamaBackend(session, recorded_ollama.url)
     assert await backend.warm_up("mistral") is True  # "mistral" means "mistral:latest"
     assert await backend.warm_up("llama3.2") is False  # not in /api/ps
-    sent = server.received["/api/chat"][0]
+    sent = recorded_ollama.received["/api/chat"][0]
     assert sent == {
         "model": "mistral",
         "messages": [],

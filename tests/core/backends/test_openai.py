@@ -6,7 +6,6 @@ llama-server has its own module.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 import json
 from typing import Any
 
@@ -29,16 +28,15 @@ from custom_components.llm_lanes.core.model import (
 from tools.simulator.server import SimConfig, SimulatedServer
 
 from .conftest import (
-    FakeServer,
+    CHAT,
     Handler,
+    Serve,
     fixture_text,
     json_handler,
     lines_handler,
     text_handler,
 )
 
-Serve = Callable[[dict[str, Handler]], Awaitable[FakeServer]]
-CHAT = "POST /v1/chat/completions"
 REQUEST = ChatRequest(model="m", messages=(ChatMessage(role="user", content="hello"),))
 
 

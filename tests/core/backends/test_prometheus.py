@@ -1,4 +1,4 @@
-"""Prometheus text parsing (prometheus_client's parser) and the mapping to ServerMetrics."""
+"""The samples of a /metrics page summed by name, and their mapping to ServerMetrics."""
 
 from __future__ import annotations
 
@@ -47,7 +47,20 @@ def test_first_of() -> None:
     assert first_of({}, "a") is None
 
 
+def test_figures_the_server_could_not_compute_say_nothing() -> None:
+    """NaN and infinities (a rate over no time) are no figure, and never break the mapping."""
+    text = (
+        "llamacpp:requests_processing NaN\n"
+        "llamacpp:kv_cache_usage_ratio +Inf\n"
+        "llamacpp:requests_deferred 2\n"
+    )
+    metrics = llama_cpp_metrics(parse_samples(text))
+    assert metrics.requests_running is None
+    assert metrics.kv_cache_usage is None
+    assert metrics.requests_waiting == 2
+
+
 def test_not_prometheus() -> None:
-    """Text that is not the exposition format is a typed error."""
+    """Text that is not the exposition format is a typed error (``prometheus_text`` says which)."""
     with pytest.raises(MalformedStreamError, match="Prometheus text format"):
         parse_samples("metric_without_value\n")

@@ -91,12 +91,15 @@ class Backend(ABC):
     prefills_in_steps: bool = False
     """Whether a prompt can be prefilled into a slot's cache in steps (``render_prompt`` and
     ``prefill``) before the request that uses it; turned off when the server refuses."""
+    send_priority: bool = False
+    """Whether requests carry the lane's ``priority``; turned off when the server refuses it."""
 
     def __init__(self, profile: ServerProfile) -> None:
         """Take the server's description; what requests may do starts as it says."""
         self.profile = profile
         self.chooses_slots = profile.chooses_slots
         self.prefills_in_steps = profile.prefills_in_steps
+        self.send_priority = profile.takes_priority
 
     @property
     def kind(self) -> ServerKind:

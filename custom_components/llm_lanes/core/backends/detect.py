@@ -14,11 +14,11 @@ from typing import Any, Unpack
 import aiohttp
 
 from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     SERVER_PROFILES,
     ServerKind,
     ServerProfile,
-    WireApi,
     server_profile,
 )
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
@@ -34,6 +34,9 @@ from custom_components.llm_lanes.core.errors import (
     BackendError,
     BackendTimeoutError,
 )
+
+CLIENTS: tuple[type[HttpBackend], ...] = (OllamaBackend, OpenAIBackend)
+"""One client per API a server may speak (``HttpBackend.api``)."""
 
 
 class _Answers:
@@ -107,9 +110,8 @@ def create_backend(
 ) -> Backend:
     """Build the client for a server of a known kind: the one of the API it speaks."""
     profile = server_profile(kind)
-    if profile.api is WireApi.OLLAMA:
-        return OllamaBackend(session, base_url, kind=profile, **options)
-    return OpenAIBackend(session, base_url, kind=profile, **options)
+    client = next(client for client in CLIENTS if client.api is profile.api)
+    return client(session, base_url, kind=profile, **options)
 
 
 async def connect(

@@ -14,21 +14,17 @@ from typing import Any, Unpack
 import aiohttp
 
 from custom_components.llm_lanes.core.backends.base import (
-    Backend,
     ServerInfo,
     ServerMetrics,
     server_unique_id,
 )
+from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
     ServerProfile,
     WireApi,
-    server_profile,
 )
-from custom_components.llm_lanes.core.backends.transport import (
-    ConnectionOptions,
-    HttpClient,
-)
+from custom_components.llm_lanes.core.backends.transport import ConnectionOptions
 from custom_components.llm_lanes.core.model import (
     ChatRequest,
     CompletionRequest,
@@ -53,25 +49,24 @@ KEEP_ALIVE_FOREVER = -1
 """Ollama ``keep_alive`` that keeps a model resident until the server stops."""
 
 
-class OllamaBackend(Backend):
+class OllamaBackend(HttpBackend):
     """A client for one Ollama server."""
+
+    api = WireApi.OLLAMA
+    api_name = "Ollama's native API"
+    default_kind = ServerKind.OLLAMA
 
     def __init__(
         self,
         session: aiohttp.ClientSession,
         base_url: str,
         *,
-        kind: ServerKind | ServerProfile = ServerKind.OLLAMA,
+        kind: ServerKind | ServerProfile | None = None,
         keep_alive: int | str | None = KEEP_ALIVE_FOREVER,
         **options: Unpack[ConnectionOptions],
     ) -> None:
         """Bind the caller's session; ``keep_alive`` is sent with every request."""
-        profile = server_profile(kind)
-        if profile.api is not WireApi.OLLAMA:
-            raise ValueError(f"{profile.name} does not speak Ollama's native API")
-        super().__init__(profile)
-        self._http = HttpClient(session, base_url, **options)
-        self.base_url = self._http.base_url
+        super().__init__(session, base_url, kind=kind, **options)
         self.keep_alive = keep_alive
 
     async def server_info(self) -> ServerInfo:

@@ -13,22 +13,19 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 import logging
-from typing import Any, Unpack
-
-import aiohttp
+from typing import Any
 
 from custom_components.llm_lanes.core.backends.base import (
-    Backend,
     PrefillStep,
     ServerInfo,
     ServerMetrics,
     server_unique_id,
 )
+from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
     ServerProfile,
     WireApi,
-    server_profile,
 )
 from custom_components.llm_lanes.core.backends.reports import (
     MODELS_PATH,
@@ -36,10 +33,6 @@ from custom_components.llm_lanes.core.backends.reports import (
     merged_load,
     models_data,
     served_models,
-)
-from custom_components.llm_lanes.core.backends.transport import (
-    ConnectionOptions,
-    HttpClient,
 )
 from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
 from custom_components.llm_lanes.core.model import (
@@ -83,26 +76,12 @@ def server_fields(
     return fields
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(HttpBackend):
     """A client for one OpenAI-compatible server of a known kind."""
 
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        base_url: str,
-        *,
-        kind: ServerKind | ServerProfile = ServerKind.OPENAI_COMPATIBLE,
-        **options: Unpack[ConnectionOptions],
-    ) -> None:
-        """Bind the caller's session; ``kind`` (or a description of one) says what to ask."""
-        profile = server_profile(kind)
-        if profile.api is not WireApi.OPENAI:
-            raise ValueError(f"{profile.name} does not speak the OpenAI-compatible API")
-        super().__init__(profile)
-        self._http = HttpClient(session, base_url, **options)
-        self.base_url = self._http.base_url
-        self.send_priority = profile.takes_priority
-        """Whether requests carry ``priority``; turned off when the server refuses it."""
+    api = WireApi.OPENAI
+    api_name = "the OpenAI-compatible API"
+    default_kind = ServerKind.OPENAI_COMPATIBLE
 
     # --- what the server is --------------------------------------------------------------
 

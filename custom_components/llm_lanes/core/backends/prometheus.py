@@ -1,37 +1,38 @@
-"""Read the Prometheus text format that llama.cpp (``--metrics``) and vLLM expose at ``/metrics``."""
+"""What llama.cpp (``--metrics``) and vLLM report at ``/metrics``, as ``ServerMetrics``.
+
+The page is in the Prometheus text format, read by ``prometheus_text``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-from prometheus_client.parser import text_string_to_metric_families
+import math
 
 from custom_components.llm_lanes.core.backends.base import ServerMetrics
-from custom_components.llm_lanes.core.errors import MalformedStreamError
+from custom_components.llm_lanes.core.backends.prometheus_text import parse
 
 
 def parse_samples(text: str) -> dict[str, float]:
     """Sum every sample by its name across label sets (one model per server: sums are totals).
 
-    Counter samples keep their ``_total`` suffix, as the server writes them.
+    Counter samples keep their ``_total`` suffix, as the server writes them. A page that is not
+    in the Prometheus text format raises ``MalformedStreamError``.
     """
     totals: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
-    except ValueError as err:
-        raise MalformedStreamError(
-            f"the metrics are not in the Prometheus text format: {err}"
-        ) from err
+    for sample in parse(text).samples:
+        totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
 
 
 def first_of(samples: Mapping[str, float], *names: str) -> float | None:
-    """Return the value of the first name present (servers renamed metrics between versions)."""
+    """Return the value of the first name present (servers renamed metrics between versions).
+
+    A value the server could not compute (NaN, an infinity) says nothing.
+    """
     for name in names:
         if name in samples:
-            return samples[name]
+            value = samples[name]
+            return value if math.isfinite(value) else None
     return None
 
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from custom_components.llm_lanes.core.backends.base import ServerMetrics
 from custom_components.llm_lanes.core.backends.prometheus import parse_samples
 from custom_components.llm_lanes.core.backends.transport import HttpClient
 from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 MODELS_PATH = "/v1/models"
 METRICS_PATH = "/metrics"
@@ -50,29 +53,28 @@ type LoadSource = Callable[[HttpClient], Awaitable[ServerMetrics]]
 
 def merged_facts(facts: Iterable[ServerFacts]) -> ServerFacts:
     """Combine what several sources said: a later source's word wins where it says something."""
-    result = ServerFacts()
-    for said in facts:
-        result = replace(
-            result,
-            **{
-                field.name: getattr(said, field.name)
-                for field in fields(said)
-                if getattr(said, field.name) is not None
-            },
-        )
-    return result
+    return _merged(ServerFacts(), facts, says=lambda value: value is not None)
 
 
 def merged_load(parts: Iterable[ServerMetrics]) -> ServerMetrics:
-    """Combine parts of the live load: a later part's figures win where it has some."""
-    result = ServerMetrics()
+    """Combine parts of the live load: a later part's figures win where it has some.
+
+    No loaded models (``()``) is no figure here: a part that does not read them says that.
+    """
+    return _merged(ServerMetrics(), parts, says=lambda value: value not in (None, ()))
+
+
+def _merged[T: DataclassInstance](
+    result: T, parts: Iterable[T], *, says: Callable[[Any], bool]
+) -> T:
+    """Overlay the parts on ``result`` in order, field by field, where ``says`` of the value."""
     for part in parts:
         result = replace(
             result,
             **{
-                field.name: getattr(part, field.name)
+                field.name: value
                 for field in fields(part)
-                if getattr(part, field.name) not in (None, ())
+                if says(value := getattr(part, field.name))
             },
         )
     return result

@@ -131,6 +131,7 @@ class OpenAIBackend(Backend):
                 prometheus is not None and await prometheus.enabled(self._http)
             ),
             unique_id=server_unique_id(self.kind, self.base_url),
+            model_variants=dict(facts.model_variants or {}),
         )
 
     # --- live load --------------------------------------------------------------------------

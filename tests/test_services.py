@@ -23,6 +23,7 @@ from pytest_homeassistant_custom_component.common import (
     MockUser,
     async_capture_events,
 )
+from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
 from custom_components.llm_lanes.core.bench.workload import SCENARIO_DIR
@@ -174,13 +175,21 @@ def _scenario_files_read_in_the_loop() -> Iterator[list[str]]:
         yield found
 
 
-async def test_run_benchmark_recommends_and_applies(
-    hass: HomeAssistant, init_integration: MockConfigEntry
+async def test_run_benchmark_too_short_applies_nothing(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    hass_client: ClientSessionGenerator,
+    hass_client_no_auth: ClientSessionGenerator,
 ) -> None:
-    """A short calibration on the simulated server returns a table and applies the pick.
+    """A one-second calibration returns its table and curve but applies nothing, saying why.
 
-    The scenario file is read outside the event loop.
+    (It used to apply whatever the first of its identical rows was.) The scenario file is read
+    outside the event loop; the curve's chart is served by Home Assistant itself, not from
+    ``/local`` (which the test harness does not serve at all, as Home Assistant does not when
+    ``www/`` was missing at start): to a logged-in client, and to anyone at the signed URL the
+    action returns.
     """
+    options = dict(init_integration.options)
     with _scenario_files_read_in_the_loop() as read_in_the_loop:
         response = await async_call_action(
             hass,
@@ -192,33 +201,37 @@ async def test_run_benchmark_recommends_and_applies(
             force=True,
         )
     assert read_in_the_loop == []
-    # max sequences 1, 2 (the server's slots) x 2 budgets
+    # max sequences 1, 2 (the server's slots) x 2 budgets; the current settings are among them
     assert len(response["rows"]) == 4
+    assert response["current"] == {"max_sequences": "2", "prefill_budget": "4096"}
     assert response["recommended"]
-    assert response["applied"]
+    assert response["verdict"] == "too_short"
+    assert "Too short to tell" in response["verdict_reason"]
+    assert response["applied"] == {}
     await hass.async_block_till_done()
+    assert dict(init_integration.options) == options
     scheduler = init_integration.runtime_data.scheduler
-    assert scheduler.settings.max_sequences == int(
-        response["recommended"]["max_sequences"]
-    )
-    assert init_integration.options["max_sequences"] == scheduler.settings.max_sequences
-    # Every setting the calibration picks is applied, not only max sequences and the budget.
-    assert set(response["applied"]) == {
-        "max_sequences",
-        "prefill_budget",
-        "headroom",
-        "prefill_guard_tokens",
-    }
-    assert scheduler.settings.prefill_guard_tokens == int(
-        response["recommended"]["prefill_guard_tokens"]
-    )
+    assert scheduler.settings.max_sequences == 2
     # The curve: in the response, as a chart Home Assistant serves, and as what the scheduler
     # starts its background limit from.
     assert [p["sequences"] for p in response["curve"]["points"]] == [1, 2]
-    url = response["curve_plot_url"]
-    chart = Path(hass.config.path("www", url.removeprefix("/local/")))
-    assert chart.read_text().startswith("<svg")
     assert [p.sequences for p in scheduler.batch_cost.points(0.0)] == [1, 2]
+    url = response["curve_plot_url"]
+    path = url.partition("?")[0]
+    assert path == f"/api/llm_lanes/curve/{init_integration.entry_id}.svg"
+    for client, target in (
+        (await hass_client_no_auth(), url),
+        (await hass_client(), path),
+    ):
+        answer = await client.get(target)
+        assert answer.status == 200
+        assert answer.content_type == "image/svg+xml"
+        assert (await answer.text()).startswith("<svg")
+    anonymous = await hass_client_no_auth()
+    assert (await anonymous.get(path)).status == 401
+    assert (
+        await (await hass_client()).get("/api/llm_lanes/curve/nope.svg")
+    ).status == 404
 
 
 async def test_run_benchmark_waits_for_the_quiet_hours(

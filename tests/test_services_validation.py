@@ -201,7 +201,10 @@ async def test_generate_refuses_a_prompt_over_its_lane(
 async def test_summarize_trims_to_what_the_slot_leaves_beside_the_answer(
     hass: HomeAssistant, manager: JobManager
 ) -> None:
-    """A job's prompt fits the slot with its answer: 2,048 less the 1,024 output tokens."""
+    """A job's prompt fits the slot with its answer: 2,048 less the 512 output tokens.
+
+    (A job's default answer is a quarter of the slot at most: 512 here, not the lane's 1,024.)
+    """
     response = await async_call_action(hass, "summarize", text=_words(5000))
     room = CONTEXT_PER_SLOT - manager.limits.default_output_tokens
     assert f"context limit of {room} tokens" in response["prompt_note"]
@@ -215,12 +218,12 @@ async def test_summarize_refuses_instructions_that_leave_no_room(
     """Instructions that fill the job's prompt are refused with the numbers; nothing stored."""
     with pytest.raises(ServiceValidationError) as err:
         await async_call_action(
-            hass, "summarize", text="The door opened.", instructions=_words(1000)
+            hass, "summarize", text="The door opened.", instructions=_words(1500)
         )
     assert err.value.translation_key == "prompt_does_not_fit"
     placeholders = err.value.translation_placeholders
     assert placeholders is not None
-    assert placeholders["instructions"] == "1000"
+    assert placeholders["instructions"] == "1500"
     assert placeholders["maximum"] == str(
         CONTEXT_PER_SLOT - manager.limits.default_output_tokens
     )

@@ -136,3 +136,23 @@ def test_the_servers_context_caps_every_lane() -> None:
     assert roomy.lanes == DEFAULT_LANE_LIMITS
     assert settings_from_options({}, 4, None).lanes == DEFAULT_LANE_LIMITS
     assert settings_from_options({}, 4, 0).lanes == DEFAULT_LANE_LIMITS
+
+
+def test_default_answers_leave_room_on_a_small_slot() -> None:
+    """On 1,024-token slots (llama.cpp's default with --parallel 4) a default answer takes 256.
+
+    A job's reservation is its lane's default answer, so 768 tokens are left for its prompt
+    (before, the background lane's 1,024 filled the whole slot and every job was refused).
+    """
+    settings = settings_from_options({}, 4, 1024)
+    for lane in LANES:
+        limits = settings.lanes[lane]
+        assert limits.default_output_tokens == min(
+            256, lane.defaults.default_output_tokens
+        )
+        assert limits.max_prompt_tokens == 1024
+        assert limits.max_output_tokens == 1024
+        assert limits.max_prompt_tokens - limits.default_output_tokens >= 768
+    # A lane's own lower cap still wins.
+    capped = settings_from_options({"voice": {"max_output_tokens": 64}}, 4, 1024)
+    assert capped.lanes[Lane.VOICE].default_output_tokens == 64

@@ -14,6 +14,7 @@ from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
 from custom_components.llm_lanes.backend_setup import build_backend
+from custom_components.llm_lanes.calibration import Calibration, async_track_calibration
 from custom_components.llm_lanes.const import (
     CONF_KIND,
     CONF_MODEL,
@@ -29,6 +30,7 @@ from custom_components.llm_lanes.coordinator import (
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.curve_view import CurvePlotView
 from custom_components.llm_lanes.dashboard import async_setup_dashboard
 from custom_components.llm_lanes.entity import (
     options_applied_signal,
@@ -37,6 +39,7 @@ from custom_components.llm_lanes.entity import (
 from custom_components.llm_lanes.gateway import async_register_gateway
 from custom_components.llm_lanes.gateway.clients import client_quotas
 from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.jobs.recalibration import NightlyRecalibration
 from custom_components.llm_lanes.jobs.store import JobStore
 from custom_components.llm_lanes.repairs import async_track_server_issues
 from custom_components.llm_lanes.requesters import (
@@ -63,10 +66,11 @@ CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
-    """Register the actions, the dashboard and the gateway's endpoints (once, whatever the servers)."""
+    """Register the actions, the dashboard and the endpoints (once, whatever the servers)."""
     async_setup_services(hass)
     await async_setup_dashboard(hass)
     async_register_gateway(hass)
+    hass.http.register_view(CurvePlotView())
     return True
 
 
@@ -93,6 +97,8 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     )
     requesters = RequesterRegistry(requesters_with_sensors(hass, entry.entry_id))
     requesters.allow(scheduler.settings.requester_quotas)  # the options name them
+    calibration = Calibration(hass, entry.entry_id)
+    await calibration.async_load()
     entry.runtime_data = LLMLanesRuntimeData(
         backend=backend,
         scheduler=scheduler,
@@ -100,6 +106,8 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         activity=activity,
         jobs=jobs,
         requesters=requesters,
+        calibration=calibration,
+        recalibration=NightlyRecalibration(hass, entry),
         data=dict(entry.data),
         subentries=subentry_signature(entry),
     )
@@ -122,6 +130,8 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         .id
     )
     async_track_server_issues(hass, entry)
+    async_track_calibration(hass, entry)
+    entry.async_on_unload(entry.runtime_data.recalibration.async_start())
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
     return True
 
@@ -233,5 +243,6 @@ async def async_unload_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) ->
 
 
 async def async_remove_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
-    """Forget the entry's stored jobs when the server is deleted."""
+    """Forget the entry's stored jobs and calibration when the server is deleted."""
     await JobStore(hass, entry.entry_id).async_remove()
+    await Calibration(hass, entry.entry_id).async_remove()

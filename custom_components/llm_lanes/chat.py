@@ -21,7 +21,12 @@ from custom_components.llm_lanes.core.model import (
     ToolSpec,
 )
 from custom_components.llm_lanes.core.scheduler import Scheduler
-from custom_components.llm_lanes.error_translation import translated_errors
+from custom_components.llm_lanes.core.slot_context import fits
+from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
+from custom_components.llm_lanes.error_translation import (
+    translated_errors,
+    validation_error,
+)
 
 MAX_TOOL_ITERATIONS = 10
 """Rounds of tool calls one turn may take before we stop asking the model."""
@@ -81,6 +86,21 @@ async def _deltas(
             yield delta
 
 
+def _refuse_unless_fits(
+    scheduler: Scheduler, request: ChatRequest, lane: Lane, context: int | None
+) -> None:
+    """Refuse a turn the server's slot cannot hold beside its default answer (translated)."""
+    prompt = estimate_prompt_tokens(request)
+    output = scheduler.settings.lanes[lane].default_output_tokens
+    if not fits(prompt, output, context):
+        raise validation_error(
+            "prompt_exceeds_slot",
+            prompt_tokens=str(prompt),
+            output_tokens=str(output),
+            context=str(context),
+        )
+
+
 async def async_run_chat_log(
     scheduler: Scheduler,
     chat_log: conversation.ChatLog,
@@ -90,10 +110,15 @@ async def async_run_chat_log(
     lane: Lane,
     requester: str,
     json_schema: dict[str, Any] | None = None,
+    context_per_slot: int | None = None,
 ) -> None:
     """Answer the chat log through the scheduler, calling tools until the model is done.
 
-    Raises ``HomeAssistantError`` (translated) when the scheduler or the server fails.
+    Raises ``HomeAssistantError`` (translated) when the scheduler or the server fails. A turn
+    whose prompt and default answer cannot fit ``context_per_slot`` (what one request may hold at
+    the server) is refused before anything is sent, with the numbers and what to change: it is
+    not trimmed, because most of it is Assist's own prompt (the exposed entities, the tools), and
+    an agent that cannot see them would act on part of the home without saying so.
     """
     tools: tuple[ToolSpec, ...] = ()
     if chat_log.llm_api is not None:
@@ -109,6 +134,7 @@ async def async_run_chat_log(
             temperature=float(temperature) if temperature is not None else None,
             json_schema=json_schema,
         )
+        _refuse_unless_fits(scheduler, request, lane, context_per_slot)
         # Closing the stream when the chat log stops early frees the slot at once.
         with translated_errors():
             async with contextlib.aclosing(

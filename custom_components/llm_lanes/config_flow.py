@@ -50,6 +50,7 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.errors import AuthError, BackendError
+from custom_components.llm_lanes.core.slot_context import is_small
 from custom_components.llm_lanes.entry_defaults import (
     SUBENTRY_NAME_SUFFIXES,
     default_names,
@@ -60,6 +61,7 @@ from custom_components.llm_lanes.entry_defaults import (
     subentry_name,
 )
 from custom_components.llm_lanes.options_flow import LLMLanesOptionsFlow
+from custom_components.llm_lanes.repairs import small_context_placeholders
 from custom_components.llm_lanes.subentry_flows import (
     LLMLanesClientFlow,
     LLMLanesSubentryFlow,
@@ -106,6 +108,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
         self._url = ""
         self._api_key: str | None = None
         self._probed: ProbedServer | None = None
+        self._entry_data: dict[str, Any] = {}
 
     async def _async_probe(
         self, user_input: dict[str, Any]
@@ -167,14 +170,10 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             }
             if self._api_key:
                 data[CONF_API_KEY] = self._api_key
-            name = server_name(
-                self._probed.kind, self._url, other_server_urls(self.hass)
-            )
-            return self.async_create_entry(
-                title=entry_title(name, model),
-                data=data,
-                subentries=default_subentries(name, model),
-            )
+            self._entry_data = data
+            if is_small(info.context_length):
+                return await self.async_step_small_context()
+            return self._async_create_server_entry()
         default = info.loaded_models[0] if info.loaded_models else info.models[0]
         return self.async_show_form(
             step_id="model",
@@ -189,6 +188,42 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 "kind": server_profile(self._probed.kind).name,
                 "version": info.version or "?",
             },
+        )
+
+    async def async_step_small_context(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Say that the server's slots are too small for Assist before adding it anyway.
+
+        The entry's repair then says what to change for this kind of server.
+        """
+        assert self._probed is not None
+        if user_input is not None:
+            return self._async_create_server_entry()
+        info = self._probed.info
+        return self.async_show_form(
+            step_id="small_context",
+            description_placeholders=small_context_placeholders(
+                entry_title(self._server_name(), self._entry_data[CONF_MODEL]),
+                info.context_length or 0,
+                info.slots,
+            ),
+        )
+
+    def _server_name(self) -> str:
+        """Return the probed server's default name (its kind and host)."""
+        assert self._probed is not None
+        return server_name(self._probed.kind, self._url, other_server_urls(self.hass))
+
+    @callback
+    def _async_create_server_entry(self) -> ConfigFlowResult:
+        """Create the entry of the probed server with the model chosen."""
+        model = self._entry_data[CONF_MODEL]
+        name = self._server_name()
+        return self.async_create_entry(
+            title=entry_title(name, model),
+            data=self._entry_data,
+            subentries=default_subentries(name, model),
         )
 
     async def async_step_reconfigure(

@@ -17,9 +17,10 @@ more slowly when idle (so windowed rates decay to zero and newly started request
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
@@ -54,6 +55,10 @@ from custom_components.llm_lanes.core.snapshot import FinishedRequest, Scheduler
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.requesters import RequesterRegistry
 
+if TYPE_CHECKING:
+    from custom_components.llm_lanes.calibration import Calibration
+    from custom_components.llm_lanes.jobs.recalibration import NightlyRecalibration
+
 
 @dataclass(slots=True)
 class LLMLanesRuntimeData:
@@ -69,6 +74,10 @@ class LLMLanesRuntimeData:
     """Queues, throttles and runs the entry's nightly summarization jobs."""
     requesters: RequesterRegistry
     """The requesters the server charges under their own id (the rest are ``other``)."""
+    calibration: Calibration
+    """What ``run_benchmark`` measured and applied here, kept across restarts."""
+    recalibration: NightlyRecalibration
+    """Runs the re-calibration the stale-calibration repair plans, in the night's window."""
     data: dict[str, Any]
     """The entry's data the set-up was built from (URL, key, model); a change reloads."""
     subentries: dict[str, tuple[str, str, dict[str, Any]]]
@@ -117,6 +126,61 @@ class PollResult:
     metrics: ServerMetrics
     model_loaded: bool
     """Whether the configured model is resident (or, where the server does not say, served)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedModel:
+    """What the server runs the entry's model as: what a measurement of the server holds for.
+
+    A measurement (the learned batch curve, what ``run_benchmark`` applied) no longer holds once
+    another model runs, another variant of it (file, quantization), or with another context.
+    """
+
+    model: str
+    variant: str | None = None
+    """Its file, digest or quantization (``ServerInfo.model_variants``), where the server says."""
+    context_per_slot: int | None = None
+
+    def changed_from(self, before: ServedModel) -> bool:
+        """Whether this differs from ``before`` in the model, or in a fact both know."""
+        return self.model != before.model or any(
+            now is not None and then is not None and now != then
+            for now, then in (
+                (self.variant, before.variant),
+                (self.context_per_slot, before.context_per_slot),
+            )
+        )
+
+    def describe(self) -> str:
+        """Say it in a line: ``model [variant], context per slot``."""
+        variant = f" [{self.variant}]" if self.variant else ""
+        context = f", {self.context_per_slot}" if self.context_per_slot else ""
+        return f"{self.model}{variant}{context}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON (for the store)."""
+        return {
+            "model": self.model,
+            "variant": self.variant,
+            "context_per_slot": self.context_per_slot,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServedModel:
+        """Read what ``as_dict`` wrote."""
+        return cls(
+            model=str(data["model"]),
+            variant=data.get("variant"),
+            context_per_slot=data.get("context_per_slot"),
+        )
+
+
+def variant_of(info: ServerInfo, model: str) -> str | None:
+    """Return what ``model`` runs as at the server (Ollama names default to ``latest``)."""
+    variants = info.model_variants
+    if model in variants:
+        return variants[model]
+    return variants.get(f"{model}:latest") if ":" not in model else None
 
 
 def model_is_loaded(model: str, info: ServerInfo, metrics: ServerMetrics) -> bool:
@@ -191,6 +255,18 @@ class PollCoordinator(EntryCoordinator[PollResult]):
     def context_per_slot(self) -> int | None:
         """The tokens (prompt and answer) one request may hold at the server, where it says."""
         return self.data.info.context_length if self.data is not None else None
+
+    @property
+    def served_model(self) -> ServedModel | None:
+        """What the last poll says the server runs the model as (None while it is down)."""
+        if self.data is None or not self.last_update_success:
+            return None
+        info = self.data.info
+        return ServedModel(
+            model=self.model,
+            variant=variant_of(info, self.model),
+            context_per_slot=info.context_length,
+        )
 
     @callback
     def async_request_finished(self, finished: FinishedRequest) -> None:

@@ -225,15 +225,17 @@ class LLMLanesSubentryEntity(ServerEntity):
         requester: str,
         json_schema: dict[str, Any] | None = None,
     ) -> None:
-        """Answer the chat log through the server's scheduler."""
+        """Answer the chat log through the server's scheduler (within the server's slot)."""
+        runtime = self.entry.runtime_data
         await async_run_chat_log(
-            self.entry.runtime_data.scheduler,
+            runtime.scheduler,
             chat_log,
             agent_id=self.entity_id,
             settings=self.settings,
             lane=lane,
             requester=requester,
             json_schema=json_schema,
+            context_per_slot=runtime.server.context_per_slot,
         )
 
 

@@ -18,7 +18,6 @@ and may not ``apply`` a benchmark's settings or ``force`` one outside the quiet 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 from homeassistant.auth.models import User
@@ -35,20 +34,12 @@ from homeassistant.exceptions import Unauthorized, UnknownUser
 from homeassistant.util import dt as dt_util
 import probatio
 
-from custom_components.llm_lanes.const import (
-    CONF_MODEL,
-    DOMAIN,
-    OPT_HEADROOM,
-    OPT_MAX_SEQUENCES,
-    OPT_PREFILL_BUDGET,
-    OPT_PREFILL_GUARD,
-)
+from custom_components.llm_lanes.calibration import async_calibrate
+from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
-from custom_components.llm_lanes.core.bench.calibrate import calibrate
-from custom_components.llm_lanes.core.bench.curve import svg_plot
-from custom_components.llm_lanes.core.bench.workload import load_scenario
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.slot_context import fits
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 from custom_components.llm_lanes.error_translation import (
     translated_errors,
@@ -104,13 +95,6 @@ SERVICE_CANCEL_JOB = "cancel_job"
 SERVICE_LIST_JOBS = "list_jobs"
 
 GENERATE_DEFAULT_REQUESTER = "generate"
-APPLIED_SETTINGS = {
-    OPT_MAX_SEQUENCES: int,
-    OPT_PREFILL_BUDGET: int,
-    OPT_HEADROOM: int,
-    OPT_PREFILL_GUARD: int,
-}
-"""Calibrated settings that ``apply`` writes into the entry's options."""
 WAIT_TIMEOUT_S = 900.0
 """The longest ``summarize`` with ``wait`` holds the caller; the job goes on afterwards."""
 
@@ -211,7 +195,7 @@ def _refuse_unless_fits(
     if breach is not None and breach.limit == "max_output_tokens":
         raise validation_error(breach.translation_key, **breach.placeholders)
     context = entry.runtime_data.server.context_per_slot
-    if context is not None and prompt_tokens + output_tokens > context:
+    if not fits(prompt_tokens, output_tokens, context):
         raise validation_error(
             "context_exceeded",
             prompt_tokens=str(prompt_tokens),
@@ -266,14 +250,17 @@ async def async_generate(call: ServiceCall) -> ServiceResponse:
 
 
 async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
-    """Calibrate the server on a built-in scenario; optionally apply the recommendation."""
+    """Calibrate the server on a built-in scenario; optionally apply the recommendation.
+
+    It is applied only when the run could tell the settings apart and the pick measured better
+    than the current settings (``core.bench.calibrate.decide``); ``verdict_reason`` says why not.
+    """
     entry = _entry(call)
     if (call.data[ATTR_APPLY] or call.data[ATTR_FORCE]) and _restricted(
         await _async_user(call)
     ):
         raise Unauthorized(context=call.context)
-    runtime = entry.runtime_data
-    jobs = runtime.jobs.settings
+    jobs = entry.runtime_data.jobs.settings
     # The calibration loads the server for minutes: by default only in the quiet hours.
     if not call.data[ATTR_FORCE] and not jobs.in_window(dt_util.now()):
         raise validation_error(
@@ -281,45 +268,13 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
             start=jobs.window_start.strftime("%H:%M"),
             end=jobs.window_end.strftime("%H:%M"),
         )
-    scenario = await call.hass.async_add_executor_job(
-        load_scenario, call.data[ATTR_SCENARIO]
+    return await async_calibrate(
+        call.hass,
+        entry,
+        scenario=call.data[ATTR_SCENARIO],
+        duration_s=call.data[ATTR_DURATION_S],
+        apply=call.data[ATTR_APPLY],
     )
-    with translated_errors():
-        result = await calibrate(
-            runtime.backend,
-            runtime.scheduler.settings,
-            scenario=scenario,
-            duration_s=call.data[ATTR_DURATION_S],
-            model=entry.data[CONF_MODEL],
-        )
-    response: dict[str, Any] = result.as_response()
-    if result.curve is not None:
-        for point in result.curve.points:
-            if point.itl_p50_s is not None:
-                runtime.scheduler.batch_cost.seed(point.sequences, point.itl_p50_s)
-        response["curve_plot_url"] = await call.hass.async_add_executor_job(
-            _write_curve_plot, call.hass, entry.entry_id, svg_plot(result.curve)
-        )
-    applied = {
-        key: convert(result.recommended_values[key])
-        for key, convert in APPLIED_SETTINGS.items()
-        if key in result.recommended_values
-    }
-    if call.data[ATTR_APPLY] and applied:
-        call.hass.config_entries.async_update_entry(
-            entry, options={**entry.options, **applied}
-        )
-    response["applied"] = applied if call.data[ATTR_APPLY] else {}
-    return response
-
-
-def _write_curve_plot(hass: HomeAssistant, entry_id: str, svg: str) -> str:
-    """Write the batch curve where Home Assistant serves ``/local`` files; return its URL."""
-    folder = Path(hass.config.path("www", DOMAIN))
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"batch_curve_{entry_id}.svg"
-    (folder / name).write_text(svg, encoding="utf-8")
-    return f"/local/{DOMAIN}/{name}"
 
 
 # --- the jobs ------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The one place where a config entry's options become settings: the scheduler's and the jobs'.
 
 What the server says bounds them too: its slot count is the default max sequences, and its context
-per slot caps every lane's prompt and output limits (a longer request could never run there).
+per slot caps every lane's prompt and output limits (a longer request could never run there) and
+sizes each lane's default answer to at most a quarter of the slot (``core.slot_context``), so a
+prompt has room beside it on a small slot.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from custom_components.llm_lanes.const import (
 )
 from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.slot_context import default_answer_tokens
 from custom_components.llm_lanes.jobs.throttles import JobSettings
 
 DEFAULT_SLOTS = 4
@@ -72,7 +75,8 @@ def settings_from_options(
 
     Options not set keep the engine's defaults, except max sequences, which defaults to the slots
     the server reports. Headroom is kept below max sequences so automations can always run. With
-    ``server_context`` (tokens one slot holds), no lane lets a prompt or an answer exceed it.
+    ``server_context`` (tokens one slot holds), no lane lets a prompt or an answer exceed it, and
+    no lane's default answer takes more than a quarter of it.
     """
     base = SchedulerSettings()
     settings = replace(
@@ -108,10 +112,12 @@ def settings_from_options(
         if changes:
             settings = settings.with_lane(lane, **changes)
         limits = settings.lanes[lane]
-        if limits.default_output_tokens > limits.max_output_tokens:
-            settings = settings.with_lane(
-                lane, default_output_tokens=limits.max_output_tokens
-            )
+        default_output = min(
+            default_answer_tokens(limits.default_output_tokens, server_context),
+            limits.max_output_tokens,
+        )
+        if default_output != limits.default_output_tokens:
+            settings = settings.with_lane(lane, default_output_tokens=default_output)
     return settings
 
 

@@ -1,6 +1,6 @@
 """Servers of a household for the pool's tests: the in-process engine behind a power switch.
 
-A ``Box`` is a machine running an LLM server (``tests/support/engine_backend.py``: the simulator's
+A ``Box`` is a machine running an LLM server (``tools/simulator/inprocess.py``: the simulator's
 continuous-batching engine, llama.cpp-like, on the loop's virtual clock). It can be killed (new
 connections are refused, and every stream it was sending breaks at its next token, as a
 connection reset), booted again after some seconds (what a wake action starts), or made to hang
@@ -26,9 +26,9 @@ from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_p
 from custom_components.llm_lanes.core.errors import BackendConnectionError
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
-from tests.support.engine_backend import EngineBackend, answer_text, filler
-from tests.support.virtual_time import VirtualTimeLoop
 from tools.simulator.engine import EngineCosts
+from tools.simulator.inprocess import EngineBackend, answer_text, filler
+from tools.simulator.virtual_time import VirtualTimeLoop
 
 GPU_COSTS = EngineCosts()
 """A consumer GPU's costs (the simulator's defaults: ~6,700 prompt tokens/s, ~10 ms a token)."""

@@ -16,7 +16,8 @@ Its command line is ``python -m tools.simulator`` (``tools/simulator/__main__.py
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+import hashlib
 import json
 import logging
 import time
@@ -51,6 +52,9 @@ class SimConfig:
 
     kind: SimKind = "llama_cpp"
     model: str = "sim-llama-8b"
+    quantization: str = "Q4_K_M"
+    """The model file's quantization: in llama.cpp's ``model_path`` and Ollama's details (another
+    one under the same model name is another model file)."""
     slots: int = 4
     costs: EngineCosts = field(default_factory=EngineCosts)
     prefill_chunk_tokens: int | None = 2048
@@ -176,13 +180,7 @@ class SimulatedServer:
     def __init__(self, config: SimConfig | None = None) -> None:
         """Build the server; nothing listens until ``start``."""
         self.config = config or SimConfig()
-        self.engine = Engine(
-            slots=self.config.slots,
-            kv_capacity_tokens=self.config.kv_capacity_tokens,
-            prefill_chunk_tokens=self.config.prefill_chunk_tokens,
-            costs=self.config.costs,
-            speed=self.config.speed,
-        )
+        self.engine = self._engine()
         self.requests_seen: list[dict[str, Any]] = []
         """Bodies of the chat requests received (for tests)."""
         self.prefills_seen: list[dict[str, Any]] = []
@@ -190,6 +188,26 @@ class SimulatedServer:
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._started = time.time()
+
+    def _engine(self) -> Engine:
+        return Engine(
+            slots=self.config.slots,
+            kv_capacity_tokens=self.config.kv_capacity_tokens,
+            prefill_chunk_tokens=self.config.prefill_chunk_tokens,
+            costs=self.config.costs,
+            speed=self.config.speed,
+        )
+
+    async def restart(self, **changes: Any) -> None:
+        """Stop, then start again on the same port with some of its config changed.
+
+        What an owner does to a real server: another context size (``kv_capacity_tokens``),
+        another model file (``quantization``), other slots. Its caches and counters start empty.
+        """
+        await self.stop()
+        self.config = replace(self.config, port=self._port, **changes)
+        self.engine = self._engine()
+        await self.start()
 
     @property
     def url(self) -> str:
@@ -286,7 +304,7 @@ class SimulatedServer:
                     },
                 },
                 "total_slots": self.config.slots,
-                "model_path": f"/models/{self.config.model}.gguf",
+                "model_path": f"/models/{self.config.model}-{self.config.quantization}.gguf",
                 "chat_template": "{{ messages }}",
                 "modalities": {"vision": False, "audio": False},
                 "build_info": LLAMA_CPP_BUILD,
@@ -478,13 +496,16 @@ class SimulatedServer:
             "model": self.config.model,
             "modified_at": "2026-01-01T00:00:00Z",
             "size": 4_920_000_000,
-            "digest": "0" * 64,
+            # The digest names the model file: another quantization is another digest.
+            "digest": hashlib.sha256(
+                f"{self.config.model}-{self.config.quantization}".encode()
+            ).hexdigest(),
             "details": {
                 "format": "gguf",
                 "family": "llama",
                 "families": ["llama"],
                 "parameter_size": "8.0B",
-                "quantization_level": "Q4_K_M",
+                "quantization_level": self.config.quantization,
             },
         }
 

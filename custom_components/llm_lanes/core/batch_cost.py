@@ -79,6 +79,12 @@ class BatchCostModel:
             gaps.extend([itl_s] * max(0, MIN_SAMPLES - len(gaps)))
             self._curve = None
 
+    def forget(self) -> None:
+        """Forget everything learned (the server now runs another model or context)."""
+        for gaps in self._gaps:
+            gaps.clear()
+        self._curve = None
+
     def itl(self, sequences: int, now: float) -> float | None:
         """Predicted gap with ``sequences`` in flight; None until anything was learned."""
         if sequences < 1:

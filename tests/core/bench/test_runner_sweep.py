@@ -182,18 +182,22 @@ def test_cli_curve_writes_the_batch_curve(tmp_path: Path) -> None:
 async def test_calibrate_recommends_and_skips_impossible_settings(
     start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:
-    """Settings above the server's slot count are not tried; the answer is plain JSON."""
+    """Settings above the server's slot count are not tried; the answer is plain JSON.
+
+    The current settings (max sequences 1) are one of the rows, so nothing more is run.
+    """
     sim = await start_sim(SimConfig(speed=5, slots=2))
     backend = await connect(session, sim.url)
     result = await calibrate(
         backend,
-        SchedulerSettings(),
+        SchedulerSettings(max_sequences=1),
         scenario=parse_scenario(_scenario(process="closed", concurrency=2)),
         grid={"max_sequences": ["1", "16"]},
         duration_s=1.5,
         time_scale=5,
     )
     assert [row["settings"] for row in result.rows] == [{"max_sequences": "1"}]
+    assert result.current_values == {"max_sequences": "1"}
     values = result.recommended_values
     assert (values["max_sequences"], values["headroom"]) == ("1", "0")
     # The simulator prefills about 6,700 tokens/s: about 670 within voice's 100 ms objective.

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -38,6 +38,10 @@ class ServerInfo:
     metrics_enabled: bool = False
     unique_id: str
     """Stable identity of the server (used as the config entry's unique id)."""
+    model_variants: Mapping[str, str] = field(default_factory=dict)
+    """What exactly a model runs as, beyond its name, where the server says: its file (llama.cpp
+    ``model_path``, vLLM's ``root``), its digest and quantization (Ollama), its quantization (LM
+    Studio). Another variant under the same name is another model."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

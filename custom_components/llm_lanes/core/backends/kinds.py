@@ -39,6 +39,7 @@ from custom_components.llm_lanes.core.backends.reports import (
     lm_studio_loaded,
     lm_studio_models,
     max_model_len,
+    model_roots,
     served_models_loaded,
 )
 
@@ -66,6 +67,23 @@ class WireApi(StrEnum):
     OPENAI = "openai"
     """The OpenAI-compatible API (``OpenAIBackend``): ``/v1/chat/completions`` as server-sent
     events, ``/v1/models``; what else the server reports comes from the profile's sources."""
+
+
+class ContextSetting(StrEnum):
+    """Where a server's owner sets the context each request may hold (what a small one changes).
+
+    The value names the small-context repair's advice (``small_context_<value>``).
+    """
+
+    CTX_SIZE = "ctx_size"
+    """llama.cpp: ``--ctx-size`` is shared by the ``--parallel`` slots."""
+    CONTEXT_LENGTH = "context_length"
+    """Ollama: ``OLLAMA_CONTEXT_LENGTH`` (or a model's ``num_ctx``)."""
+    MAX_MODEL_LEN = "max_model_len"
+    """vLLM: ``--max-model-len``."""
+    MODEL_LOAD = "model_load"
+    """The context the model is loaded with, in the server's own settings (LM Studio, LocalAI,
+    other OpenAI-compatible servers)."""
 
 
 NO_FIELDS: Final[Mapping[str, Any]] = MappingProxyType({})
@@ -115,6 +133,8 @@ class ServerProfile:
     """The ``/metrics`` page, where the server has one."""
     load_from: tuple[LoadSource, ...]
     """Sources of the rest of the live load (slots busy, loaded models)."""
+    context_setting: ContextSetting
+    """Where its owner gives each request more context (the small-context repair says so)."""
 
 
 SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
@@ -138,6 +158,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         info_from=(),
         prometheus=None,
         load_from=(),
+        context_setting=ContextSetting.CONTEXT_LENGTH,
     ),
     ServerProfile(
         kind=ServerKind.LLAMA_CPP,
@@ -156,6 +177,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         info_from=(llama_cpp_props,),
         prometheus=PrometheusMetrics(read=llama_cpp_metrics, optional=True),
         load_from=(llama_cpp_slots, served_models_loaded),
+        context_setting=ContextSetting.CTX_SIZE,
     ),
     ServerProfile(
         kind=ServerKind.VLLM,
@@ -175,9 +197,10 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         takes_ignore_eos=False,
         unloads_models=False,
         warm_up_at_setup=False,
-        info_from=(VersionAt(), max_model_len),
+        info_from=(VersionAt(), max_model_len, model_roots),
         prometheus=PrometheusMetrics(read=vllm_metrics, optional=False),
         load_from=(),
+        context_setting=ContextSetting.MAX_MODEL_LEN,
     ),
     ServerProfile(
         kind=ServerKind.LM_STUDIO,
@@ -194,6 +217,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         info_from=(lm_studio_models,),
         prometheus=None,
         load_from=(lm_studio_loaded,),
+        context_setting=ContextSetting.MODEL_LOAD,
     ),
     ServerProfile(
         kind=ServerKind.LOCALAI,
@@ -210,6 +234,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         info_from=(VersionAt(),),
         prometheus=None,
         load_from=(served_models_loaded,),
+        context_setting=ContextSetting.MODEL_LOAD,
     ),
     ServerProfile(
         kind=ServerKind.OPENAI_COMPATIBLE,
@@ -226,6 +251,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         info_from=(),
         prometheus=None,
         load_from=(served_models_loaded,),
+        context_setting=ContextSetting.MODEL_LOAD,
     ),
 )
 """Every kind, in detection order: the first whose evidence matches is the server's kind."""

@@ -73,7 +73,8 @@ class OllamaBackend(HttpBackend):
         """Read version, installed models and loaded models."""
         version = await self._http.get_json("/api/version")
         models = await self.list_models()
-        loaded, context = await self._loaded()
+        resident = await self._resident()
+        loaded, context = _names_and_context(resident)
         return ServerInfo(
             kind=self.kind,
             version=str(version.get("version")) if isinstance(version, dict) else None,
@@ -81,6 +82,11 @@ class OllamaBackend(HttpBackend):
             loaded_models=loaded,
             context_length=context,
             unique_id=server_unique_id(self.kind, self.base_url),
+            model_variants={
+                _name(model): _variant(model)
+                for model in resident
+                if model.get("digest")
+            },
         )
 
     async def list_models(self) -> tuple[str, ...]:
@@ -91,12 +97,14 @@ class OllamaBackend(HttpBackend):
             for model in (data.get("models") or () if isinstance(data, dict) else ())
         )
 
-    async def _loaded(self) -> tuple[tuple[str, ...], int | None]:
+    async def _resident(self) -> list[dict[str, Any]]:
+        """Read the entries of ``/api/ps``: the models loaded now."""
         data = await self._http.get_json("/api/ps")
         models = data.get("models") or () if isinstance(data, dict) else ()
-        names = tuple(str(model.get("name") or model.get("model")) for model in models)
-        contexts = [int(m["context_length"]) for m in models if m.get("context_length")]
-        return names, (max(contexts) if contexts else None)
+        return [model for model in models if isinstance(model, dict)]
+
+    async def _loaded(self) -> tuple[tuple[str, ...], int | None]:
+        return _names_and_context(await self._resident())
 
     async def metrics(self) -> ServerMetrics:
         """Ollama only says which models are loaded (``/api/ps``)."""
@@ -148,6 +156,30 @@ class OllamaBackend(HttpBackend):
             "POST", SHOW_PATH, json_body={"model": model}, model=model
         )
         return data if isinstance(data, dict) else None
+
+
+def _name(model: dict[str, Any]) -> str:
+    return str(model.get("name") or model.get("model"))
+
+
+def _names_and_context(
+    resident: list[dict[str, Any]],
+) -> tuple[tuple[str, ...], int | None]:
+    """Return the loaded models' names and the largest context they were loaded with."""
+    contexts = [int(m["context_length"]) for m in resident if m.get("context_length")]
+    return tuple(_name(model) for model in resident), (
+        max(contexts) if contexts else None
+    )
+
+
+def _variant(model: dict[str, Any]) -> str:
+    """Say what a loaded model is beyond its name: its digest and quantization."""
+    details = model.get("details")
+    quantization = (
+        details.get("quantization_level") if isinstance(details, dict) else None
+    )
+    digest = str(model["digest"])[:12]
+    return f"{digest} {quantization}" if quantization else digest
 
 
 def _same_model(loaded: str, wanted: str) -> bool:

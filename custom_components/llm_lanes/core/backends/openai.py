@@ -110,6 +110,7 @@ class OpenAIBackend(HttpBackend):
                 prometheus is not None and await prometheus.enabled(self._http)
             ),
             unique_id=server_unique_id(self.kind, self.base_url),
+            model_variants=dict(facts.model_variants or {}),
         )
 
     # --- live load --------------------------------------------------------------------------

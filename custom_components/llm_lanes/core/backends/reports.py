@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from custom_components.llm_lanes.core.backends.base import ServerMetrics
@@ -41,6 +42,8 @@ class ServerFacts:
     slots: int | None = None
     loaded_models: tuple[str, ...] | None = None
     """None: the source does not say (every model served then counts as loaded)."""
+    model_variants: Mapping[str, str] | None = None
+    """What exactly each model runs as (``ServerInfo.model_variants``)."""
 
 
 type InfoSource = Callable[
@@ -128,13 +131,22 @@ class VersionAt:
 async def llama_cpp_props(
     http: HttpClient, models: Sequence[Mapping[str, Any]]
 ) -> ServerFacts:
-    """llama.cpp's ``/props``: its build, the context per slot and the slot count."""
+    """llama.cpp's ``/props``: its build, the context per slot, the slot count, the model file.
+
+    llama-server serves one model (under its ``--alias``): the file is that of every entry.
+    """
     props = await http.get_json("/props")
     settings = props.get("default_generation_settings") or {}
+    path = props.get("model_path")
     return ServerFacts(
         version=props.get("build_info") or None,
         context_length=int_or_none(settings.get("n_ctx") or props.get("n_ctx")),
         slots=int_or_none(props.get("total_slots")),
+        model_variants=(
+            {str(model.get("id")): PurePosixPath(str(path)).name for model in models}
+            if path
+            else None
+        ),
     )
 
 
@@ -144,6 +156,18 @@ async def max_model_len(
     """Read the context from the longest ``max_model_len`` of ``/v1/models`` (vLLM)."""
     lengths = [model["max_model_len"] for model in models if model.get("max_model_len")]
     return ServerFacts(context_length=int_or_none(max(lengths)) if lengths else None)
+
+
+async def model_roots(
+    http: HttpClient, models: Sequence[Mapping[str, Any]]
+) -> ServerFacts:
+    """Read what each model of ``/v1/models`` was loaded from (vLLM's ``root``)."""
+    roots = {
+        str(model.get("id")): str(model["root"])
+        for model in models
+        if model.get("root")
+    }
+    return ServerFacts(model_variants=roots or None)
 
 
 LM_STUDIO_MODELS_PATH = "/api/v0/models"
@@ -173,6 +197,11 @@ async def lm_studio_models(
         context_length=(
             int_or_none(max(known)) if known and len(known) == len(lengths) else None
         ),
+        model_variants={
+            str(model.get("id")): str(model["quantization"])
+            for model in loaded
+            if model.get("quantization")
+        },
     )
 
 

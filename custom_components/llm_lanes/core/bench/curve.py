@@ -22,13 +22,29 @@ from typing import Any
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.bench.report import percentile
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.slot_context import BENCH_FILL
 
 KNEE_SHARE = 0.95
 """A batch reaching this share of the best throughput is big enough."""
 STREAM_TOKENS = 48
 """Output tokens of each stream of a batch."""
 PREFILL_PROBE_WORDS = 600
-"""Words of the long prompt that measures the prefill speed (roughly 800 tokens)."""
+"""Words of the long prompt that measures the prefill speed (roughly 800 tokens by the estimate;
+up to 2,400 for a tokenizer that splits every digit, as Qwen's does)."""
+PROBE_TOKENS_PER_WORD = 4
+"""The most tokens one word of the probe (``w`` and up to three digits) takes."""
+
+
+def prefill_probe_words(context_tokens: int | None) -> int:
+    """Words of the prefill probe: ``PREFILL_PROBE_WORDS``, or what fits the server's slot.
+
+    On a small slot the probe fills at most ``BENCH_FILL`` of it even if every word takes
+    ``PROBE_TOKENS_PER_WORD`` tokens (a longer one is refused by the server, HTTP 400).
+    """
+    if not context_tokens or context_tokens <= 0:
+        return PREFILL_PROBE_WORDS
+    fitting = int(BENCH_FILL * context_tokens) // PROBE_TOKENS_PER_WORD
+    return max(16, min(PREFILL_PROBE_WORDS, fitting))
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +153,16 @@ async def measure_batch(
 
 
 async def measure_prefill(
-    backend: Backend, model: str, *, time_scale: float = 1.0
+    backend: Backend,
+    model: str,
+    *,
+    time_scale: float = 1.0,
+    context_tokens: int | None = None,
 ) -> float | None:
-    """Prompt tokens per second: a long prompt's first token, less a short prompt's."""
+    """Prompt tokens per second: a long prompt's first token, less a short prompt's.
+
+    The long prompt fits ``context_tokens`` (the server's slot), where given.
+    """
 
     async def first_token(text: str) -> tuple[float, int]:
         started = time.monotonic()
@@ -154,7 +177,7 @@ async def measure_prefill(
 
     short_s, short_tokens = await first_token("Say hello.")
     long_s, long_tokens = await first_token(
-        " ".join(f"w{index}" for index in range(PREFILL_PROBE_WORDS))
+        " ".join(f"w{index}" for index in range(prefill_probe_words(context_tokens)))
     )
     if long_tokens <= short_tokens or long_s <= short_s:
         return None
@@ -162,16 +185,26 @@ async def measure_prefill(
 
 
 async def measure_curve(
-    backend: Backend, model: str, max_sequences: int, *, time_scale: float = 1.0
+    backend: Backend,
+    model: str,
+    max_sequences: int,
+    *,
+    time_scale: float = 1.0,
+    context_tokens: int | None = None,
 ) -> BatchCurve:
-    """Measure the batch curve up to ``max_sequences`` and the prefill speed."""
+    """Measure the batch curve up to ``max_sequences`` and the prefill speed.
+
+    Every request fits ``context_tokens`` (the server's slot), where given.
+    """
     points = [
         await measure_batch(backend, model, sequences, time_scale=time_scale)
         for sequences in range(1, max(1, max_sequences) + 1)
     ]
     return BatchCurve(
         points=points,
-        prefill_tok_s=await measure_prefill(backend, model, time_scale=time_scale),
+        prefill_tok_s=await measure_prefill(
+            backend, model, time_scale=time_scale, context_tokens=context_tokens
+        ),
     )
 
 

@@ -93,6 +93,8 @@ class ServerDescription:
     version: str | None
     model: str
     slots: int | None
+    context: int | None = None
+    """Tokens one request may hold (prompt and answer), where the server says."""
 
 
 @dataclass(slots=True)
@@ -121,7 +123,11 @@ async def describe_server(backend: Backend, model: str | None) -> ServerDescript
     chosen = model or (info.loaded_models[0] if info.loaded_models else None)
     chosen = chosen or (info.models[0] if info.models else "default")
     return ServerDescription(
-        kind=str(info.kind), version=info.version, model=chosen, slots=info.slots
+        kind=str(info.kind),
+        version=info.version,
+        model=chosen,
+        slots=info.slots,
+        context=info.context_length,
     )
 
 

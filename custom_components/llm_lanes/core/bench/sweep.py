@@ -53,6 +53,16 @@ class SweepRow:
         """Output tokens per second."""
         return float(self.report["output_tok_s"])
 
+    @property
+    def finished(self) -> int:
+        """Requests of the measured window that finished (what its goodput is a share of)."""
+        return sum(int(stats["finished"]) for stats in self.report["classes"].values())
+
+    @property
+    def failed(self) -> int:
+        """Requests of the run the server failed (an error, not a refusal at the door)."""
+        return sum(1 for record in self.result.records if record.outcome == "error")
+
     def as_dict(self) -> dict[str, Any]:
         """Return a row of the frontier table as plain JSON (the HA action's response data)."""
         return {
@@ -62,6 +72,8 @@ class SweepRow:
             "goodput": self.report["goodput"],
             "good_per_s": self.report["good_per_s"],
             "output_tok_s": self.report["output_tok_s"],
+            "finished": self.finished,
+            "failed": self.failed,
             "frontier": self.frontier,
             "classes": {
                 name: {
@@ -177,13 +189,22 @@ async def run_sweep(
     prompt_scale: float = 1.0,
     progress_for: Callable[[str], Callable[[float, int], None] | None] | None = None,
     on_row: Callable[[SweepRow], None] | None = None,
+    also: Sequence[dict[str, str]] = (),
 ) -> SweepResult:
-    """Run every combination and policy; return the rows and the picks."""
+    """Run every combination and policy; return the rows and the picks.
+
+    ``also`` are settings run besides the grid's combinations (after them, each once), e.g. the
+    ones the server runs with now, so a pick can be compared with them on the same measurements.
+    """
     rows: list[SweepRow] = []
     # Fresh prompt text per row and per sweep, so the server's prompt cache favours no row.
     salt = secrets.token_hex(4)
+    settings_run = combinations(grid) or [{}]
+    for extra in also:
+        if extra not in settings_run:
+            settings_run.append(extra)
     for policy in policies:
-        for overrides in combinations(grid) or [{}]:
+        for overrides in settings_run:
             settings = base_settings.with_values(overrides)
             label = f"{policy} {' '.join(f'{k}={v}' for k, v in overrides.items())}"
             progress = progress_for(label) if progress_for is not None else None

@@ -21,7 +21,7 @@ removing a class (the idle baseline) leaves the others' requests unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 import json
 import math
 from pathlib import Path
@@ -29,6 +29,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.slot_context import BENCH_FILL
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -89,6 +90,17 @@ class TokenDistribution:
         """Draw one count."""
         value = rng.gauss(self.mean, self.std) if self.std > 0 else self.mean
         return int(min(self.max, max(self.min, round(value))))
+
+    def scaled(self, factor: float) -> TokenDistribution:
+        """Return the distribution with every count times ``factor`` (at least one token)."""
+        low = max(1, int(self.min * factor))
+        high = max(low, int(self.max * factor))
+        return TokenDistribution(
+            mean=min(high, max(low, self.mean * factor)),
+            std=self.std * factor,
+            min=low,
+            max=high,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +183,35 @@ class Scenario:
             seed=self.seed,
             classes=tuple(cls for cls in self.classes if cls.name in names),
         )
+
+    def fitted(self, context_tokens: int | None, fill: float = BENCH_FILL) -> Scenario:
+        """Return the scenario with every class's longest request within ``fill`` of a slot.
+
+        A class whose longest prompt (its shared prefix included) and longest answer together
+        exceed ``fill * context_tokens`` has its prompt and answer sizes scaled down by one factor,
+        so its requests keep their shape; the others are unchanged. None: the server does not say.
+        """
+        if not context_tokens or context_tokens <= 0:
+            return self
+        room = fill * context_tokens
+        classes = []
+        for cls in self.classes:
+            longest = (
+                cls.shared_prefix_tokens + cls.prompt_tokens.max + cls.output_tokens.max
+            )
+            if longest <= room:
+                classes.append(cls)
+                continue
+            factor = room / longest
+            classes.append(
+                replace(
+                    cls,
+                    prompt_tokens=cls.prompt_tokens.scaled(factor),
+                    output_tokens=cls.output_tokens.scaled(factor),
+                    shared_prefix_tokens=int(cls.shared_prefix_tokens * factor),
+                )
+            )
+        return replace(self, classes=tuple(classes))
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form (as read)."""

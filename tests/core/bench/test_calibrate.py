@@ -1,0 +1,147 @@
+"""What ``run_benchmark`` may apply, and a calibration that fits a small server slot.
+
+``decide`` compares the pick with the current settings on the rows both were measured among: a
+run too short to tell applies nothing, nor does a pick no better than the current settings (the
+issue's five-second run applied max sequences 1 at 96 tok/s over the current 267). Against a
+simulated server of 1,024-token slots the whole calibration runs with every request inside the
+slot (the simulator refuses a longer prompt with HTTP 400, as llama-server does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+
+from custom_components.llm_lanes.core.backends.detect import connect
+from custom_components.llm_lanes.core.bench.calibrate import (
+    MIN_FINISHED_PER_ROW,
+    Verdict,
+    calibrate,
+    decide,
+)
+from custom_components.llm_lanes.core.bench.curve import (
+    PREFILL_PROBE_WORDS,
+    prefill_probe_words,
+)
+from custom_components.llm_lanes.core.bench.sweep import SweepRow
+from custom_components.llm_lanes.core.bench.workload import load_scenario
+from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.tokens import TOKENS_PER_MESSAGE
+from tools.simulator.answers import count_text_tokens
+from tools.simulator.server import SimConfig
+
+from .test_runner_sweep import StartSim
+
+
+def _row(label: str, goodput: float, tok_s: float, finished: int = 40) -> SweepRow:
+    report: dict[str, Any] = {
+        "goodput": goodput,
+        "output_tok_s": tok_s,
+        "classes": {"voice": {"finished": finished}},
+    }
+    return SweepRow(
+        policy="lanes", overrides={"max_sequences": label}, report=report, result=None
+    )  # type: ignore[arg-type]
+
+
+def test_a_run_too_short_to_tell_applies_nothing() -> None:
+    """Rows with too few finished requests, or all alike, apply nothing; the reason says so."""
+    current = _row("4", 1.0, 96.0, finished=1)
+    rows = [_row("1", 1.0, 96.0, finished=1), _row("2", 1.0, 96.0, finished=1), current]
+    decision = decide(rows, rows[0], current, 5)
+    assert decision.verdict is Verdict.TOO_SHORT
+    assert not decision.applies
+    assert f"needs {MIN_FINISHED_PER_ROW}" in decision.reason
+    assert "about 60 s" in decision.reason  # 1.2 x 5 s x 10 / 1
+
+    # Enough requests, but every row within one request and 5 % of the current one.
+    current = _row("4", 0.95, 200.0)
+    rows = [_row("1", 0.975, 196.0), _row("2", 0.95, 204.0), current]
+    decision = decide(rows, rows[0], current, 60)
+    assert decision.verdict is Verdict.ALIKE
+    assert not decision.applies
+
+
+def test_a_pick_no_better_than_the_current_settings_is_not_applied() -> None:
+    """The issue's case: the pick's goodput is a hair higher, its tokens/s a third of today's."""
+    current = _row("4", 0.975, 267.0)
+    pick = _row("1", 1.0, 96.0)
+    rows = [pick, _row("2", 0.95, 180.0), current]
+    decision = decide(rows, pick, current, 60)
+    assert decision.verdict is Verdict.NOT_BETTER
+    assert "no better" in decision.reason
+    # The current settings measured best: nothing to change either.
+    decision = decide([_row("1", 0.5, 96.0), current], current, current, 60)
+    assert decision.verdict is Verdict.NOT_BETTER
+
+
+def test_a_measurably_better_pick_is_applied() -> None:
+    """More goodput than one request's worth wins, even at fewer tokens/s; so do more tokens/s."""
+    current = _row("4", 0.80, 267.0)
+    pick = _row("2", 0.95, 200.0)
+    assert decide([pick, current], pick, current, 60).verdict is Verdict.APPLY
+    current = _row("1", 1.0, 96.0)
+    pick = _row("4", 1.0, 267.0)
+    decision = decide([pick, current], pick, current, 60)
+    assert decision.applies
+    assert "267 tok/s" in decision.reason
+
+
+def test_scenarios_fit_the_slot() -> None:
+    """Each class's longest prompt and answer fill at most 80 % of the slot, scaled as one."""
+    evening = load_scenario("evening")
+    fitted = evening.fitted(1024)
+    for before, after in zip(evening.classes, fitted.classes, strict=True):
+        longest = after.prompt_tokens.max + after.output_tokens.max
+        assert longest <= 0.8 * 1024
+        assert (
+            after.prompt_tokens.min
+            <= after.prompt_tokens.mean
+            <= after.prompt_tokens.max
+        )
+        assert after.output_tokens.max <= before.output_tokens.max
+    assert evening.fitted(None) is evening
+    assist = load_scenario("assist_evening").fitted(1024)
+    assert all(
+        cls.shared_prefix_tokens + cls.prompt_tokens.max + cls.output_tokens.max <= 819
+        for cls in assist.classes
+    )
+    roomy = load_scenario("voice_vs_background")
+    assert roomy.fitted(32768) == roomy
+
+
+def test_the_prefill_probe_fits_the_slot() -> None:
+    """Even at four tokens a word (a tokenizer that splits digits), the probe fits the slot."""
+    assert prefill_probe_words(None) == PREFILL_PROBE_WORDS
+    assert prefill_probe_words(1024) * 4 <= 0.8 * 1024
+    assert prefill_probe_words(65536) == PREFILL_PROBE_WORDS
+
+
+async def test_calibration_on_small_slots_stays_within_them(
+    start_sim: StartSim, session: aiohttp.ClientSession
+) -> None:
+    """On 1,024-token slots nothing is refused by the server and every row has requests."""
+    sim = await start_sim(SimConfig(speed=20, slots=4, kv_capacity_tokens=4096))
+    backend = await connect(session, sim.url)
+    result = await calibrate(
+        backend,
+        SchedulerSettings(),
+        scenario="evening",
+        grid={"max_sequences": ["2", "4"]},
+        duration_s=3,
+        time_scale=20,
+    )
+    assert result.context == 1024
+    assert result.scaled_to_context
+    assert result.curve is not None and result.curve.prefill_tok_s
+    assert sim.requests_seen
+    for body in sim.requests_seen:
+        prompt = sum(
+            TOKENS_PER_MESSAGE + count_text_tokens(message["content"])
+            for message in body["messages"]
+        )
+        assert prompt + body["max_tokens"] <= 1024
+    for row in result.rows:
+        assert row["finished"] > 0
+        assert row["failed"] == 0

@@ -13,7 +13,10 @@ summary placed on that slot evicts it. Where the server lets clients choose the 
   prompt and tools), else an idle slot whose cache is least worth keeping for it;
 - a request resumed after a preemption returns to the slot it left (its prompt and the output so
   far are still cached there);
-- a slot freed by a cancellation is taken last for a moment: the server may still be busy on it.
+- a slot freed by a cancellation is taken last for a moment: the server may still be busy on it;
+- an urgent lane (voice) has the first claim on the warm copies of its prefix: a request of
+  another foreground lane (a typed chat, whose objective allows a prefill) does not take the
+  last idle slot holding a prefix voice used lately while another slot is free.
 
 Where the server chooses on its own (Ollama, which matches prefixes across its free slots), the
 headroom that keeps a slot free of background is what keeps a prefix warm; vLLM caches prefixes
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 
 CANCEL_SETTLE_S = 0.25
 """How long a slot freed by a cancellation is taken only when no other slot is free."""
+URGENT_PREFIX_MEMORY_S = 600.0
+"""How long a prefix an urgent request used keeps its first claim on warm slots."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +98,15 @@ class _Slot:
 class SlotTable:
     """The server's slots as the scheduler places requests on them."""
 
-    __slots__ = ("_by_seq", "_reserved", "_slots")
+    __slots__ = ("_by_seq", "_reserved", "_slots", "_urgent_prefixes")
 
     def __init__(self, slots: int, reserved: int) -> None:
         """Track ``slots`` slots, of which the first ``reserved`` are the foreground's."""
         self._slots = [_Slot() for _ in range(max(slots, 0))]
         self._reserved = reserved
         self._by_seq: dict[int, int] = {}
+        self._urgent_prefixes: dict[str, float] = {}
+        """Stable prefixes urgent requests used, and when last."""
 
     @property
     def size(self) -> int:
@@ -152,12 +159,15 @@ class SlotTable:
         now: float,
     ) -> int | None:
         """Place a request on the best free slot; None when every slot is taken."""
+        if lane.urgent and keys.stable is not None:
+            self._urgent_prefixes[keys.stable] = now
+        spare = self._spare_for_urgent(lane, now)
         best: int | None = None
         best_score: tuple[int, ...] | None = None
         for index, slot in enumerate(self._slots):
             if slot.holder is not None:
                 continue
-            score = self._score(
+            score = (int(index not in spare),) + self._score(
                 index,
                 slot,
                 lane,
@@ -177,6 +187,30 @@ class SlotTable:
         slot.cancelled = False
         self._by_seq[seq] = best
         return best
+
+    def _spare_for_urgent(self, lane: Lane, now: float) -> set[int]:
+        """Return the idle slots a non-urgent foreground request should leave to voice.
+
+        For each prefix an urgent request used lately: its last idle warm slot, when it has one.
+        """
+        if lane.urgent or not lane.foreground:
+            return set()
+        horizon = now - URGENT_PREFIX_MEMORY_S
+        for key, at in list(self._urgent_prefixes.items()):
+            if at < horizon:
+                del self._urgent_prefixes[key]
+        spare: set[int] = set()
+        for key in self._urgent_prefixes:
+            warm = [
+                index
+                for index, slot in enumerate(self._slots)
+                if slot.holder is None
+                and slot.keys is not None
+                and slot.keys.stable == key
+            ]
+            if len(warm) == 1:
+                spare.add(warm[0])
+        return spare
 
     def release(self, seq: int, now: float, *, cancelled: bool = False) -> None:
         """Free the slot a request held (``cancelled``: it was stopped mid-answer)."""
@@ -232,13 +266,14 @@ class SlotTable:
                 int(reserved),
                 int(not keeps_foreground),
             )
+        # Background avoids what a foreground request left warm first, then the reserved slots.
         return (
+            int(not keeps_foreground),
             int(not reserved),
             int(own),
             conversation,
             stable,
             int(settled),
-            int(not keeps_foreground),
         )
 
 

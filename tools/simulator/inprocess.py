@@ -113,7 +113,6 @@ class EngineBackend(Backend):
 
     async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
         """Evaluate the start of a prompt into a slot's cache (``n_predict`` 0)."""
-        started = asyncio.get_running_loop().time()
         tokens = max(1, len(text) // CHARS_PER_TOKEN)
         seq = self.engine.submit(
             tokens, 0, prompt_text=text, slot=slot, prefill_only=True
@@ -125,9 +124,13 @@ class EngineBackend(Backend):
         finally:
             self.in_flight.pop(seq.id, None)
             self.engine.cancel(seq)
+        evaluated = tokens - seq.cached_prompt_tokens
+        costs = self.engine.costs
+        # What llama-server's timings say (``prompt_ms``): the prefill, not the wait for it.
         return PrefillStep(
-            evaluated_tokens=tokens - seq.cached_prompt_tokens,
-            seconds=asyncio.get_running_loop().time() - started,
+            evaluated_tokens=evaluated,
+            seconds=(costs.fixed_s + costs.per_prefill_token_s * evaluated)
+            / self.engine.speed,
         )
 
     def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:

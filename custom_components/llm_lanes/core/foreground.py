@@ -8,7 +8,10 @@
   and whether it may be lent to background;
 - ``limiter`` (``batch_cost.py``): how many background streams may run beside active foreground
   work, from the learned batch-cost curve (``cost_model``), brought up to date before every
-  decision.
+  decision;
+- ``slots`` (``slots.py``): where the server lets clients choose slots, whether the only free
+  slots are the last warm copies of voice's prompt (a typed chat then takes a slot from
+  background instead).
 
 It also answers the questions the rules share: is an urgent lane active, is the foreground active,
 which foreground lanes are.
@@ -23,15 +26,17 @@ from custom_components.llm_lanes.core.batch_cost import (
 from custom_components.llm_lanes.core.headroom import HeadroomLearner
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.run_state import RunState
+from custom_components.llm_lanes.core.slots import SlotPlacer
 
 
 class Foreground:
     """The foreground as one scheduler learns it (see the module docstring)."""
 
-    __slots__ = ("announced_until", "cost_model", "headroom", "limiter")
+    __slots__ = ("announced_until", "cost_model", "headroom", "limiter", "slots")
 
-    def __init__(self, max_sequences: int) -> None:
+    def __init__(self, max_sequences: int, slots: SlotPlacer | None = None) -> None:
         """Start knowing nothing of the server or of the household's foreground."""
+        self.slots = slots
         self.cost_model = BatchCostModel(max(max_sequences, 8))
         self.limiter = BackgroundLimiter(self.cost_model)
         self.headroom = HeadroomLearner()
@@ -99,6 +104,10 @@ class Foreground:
             return None
         fixed = state.settings.background_with_voice
         return fixed if fixed is not None else self.limiter.limit
+
+    def only_voice_warm_slots_free(self, now: float) -> bool:
+        """Whether the only free slots hold the last warm copies of an urgent lane's prompt."""
+        return self.slots is not None and self.slots.only_spare_free(now)
 
     def headroom_slots(self, state: RunState) -> int:
         """Return the slots only the foreground may take: the setting, or what was learned if more."""

@@ -195,6 +195,17 @@ class LanesPolicy(SchedulingPolicy):
                     if victim is not None:
                         return Preempt(victim)
                 return None
+            if (
+                lane.foreground
+                and not lane.urgent
+                and settings.preemption
+                and foreground.only_voice_warm_slots_free(now)
+            ):
+                # A typed chat's objective allows a prefill; voice's warm prompt is worth more
+                # than a background stream's place: the chat takes a slot from background.
+                victim = _least_advanced(state, rank)
+                if victim is not None and not victim.stepping:
+                    return Preempt(victim)
             return Admit(request, rank)
         return None
 

@@ -127,8 +127,8 @@ class Scheduler:
         self._tickets: dict[int, Ticket] = {}
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._foreground = Foreground(settings.max_sequences)
         self._slots = SlotPlacer(backend)
+        self._foreground = Foreground(settings.max_sequences, self._slots)
         self._slots.resize(settings, self._foreground.headroom.slots)
         self._accounting = Accounting(
             self._state, window_s=window_s, cost_model=self._foreground.cost_model

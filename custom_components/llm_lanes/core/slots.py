@@ -161,7 +161,9 @@ class SlotTable:
         """Place a request on the best free slot; None when every slot is taken."""
         if lane.urgent and keys.stable is not None:
             self._urgent_prefixes[keys.stable] = now
-        spare = self._spare_for_urgent(lane, now)
+        spare = (
+            self._spare_for_urgent(now) if lane.foreground and not lane.urgent else set()
+        )
         best: int | None = None
         best_score: tuple[int, ...] | None = None
         for index, slot in enumerate(self._slots):
@@ -188,13 +190,16 @@ class SlotTable:
         self._by_seq[seq] = best
         return best
 
-    def _spare_for_urgent(self, lane: Lane, now: float) -> set[int]:
+    def only_spare_free(self, now: float) -> bool:
+        """Whether every free slot is one a non-urgent foreground request should leave to voice."""
+        free = {i for i, slot in enumerate(self._slots) if slot.holder is None}
+        return bool(free) and free <= self._spare_for_urgent(now)
+
+    def _spare_for_urgent(self, now: float) -> set[int]:
         """Return the idle slots a non-urgent foreground request should leave to voice.
 
         For each prefix an urgent request used lately: its last idle warm slot, when it has one.
         """
-        if lane.urgent or not lane.foreground:
-            return set()
         horizon = now - URGENT_PREFIX_MEMORY_S
         for key, at in list(self._urgent_prefixes.items()):
             if at < horizon:
@@ -304,6 +309,10 @@ class SlotPlacer:
             self.table = SlotTable(used, reserved)
         else:
             self.table.resize(used, reserved)
+
+    def only_spare_free(self, now: float) -> bool:
+        """Whether the only free slots hold voice's last warm copies (``SlotTable``)."""
+        return self.table is not None and self.table.only_spare_free(now)
 
     def keys_for(self, request: ChatRequest) -> PrefixKeys | None:
         """Return what the slot table matches a request by (None: the server places it)."""

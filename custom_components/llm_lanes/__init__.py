@@ -44,6 +44,7 @@ from custom_components.llm_lanes.jobs.store import JobStore
 from custom_components.llm_lanes.repairs import async_track_server_issues
 from custom_components.llm_lanes.requesters import (
     RequesterRegistry,
+    async_remove_deleted_client_sensors,
     requesters_with_sensors,
 )
 from custom_components.llm_lanes.services import async_setup_services
@@ -95,6 +96,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         settings=job_settings_from_options(entry.options),
         reachable=lambda: server.last_update_success,
     )
+    async_remove_deleted_client_sensors(hass, entry)
     requesters = RequesterRegistry(requesters_with_sensors(hass, entry.entry_id))
     requesters.allow(scheduler.settings.requester_quotas)  # the options name them
     calibration = Calibration(hass, entry.entry_id)
@@ -143,13 +145,15 @@ async def _async_entry_updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) 
     (agents, AI Task entities) are what the set-up was built from, so a change of either reloads
     the entry. The flows only store these changes: Home Assistant wants an entry with an update
     listener to reload from it. Gateway clients are not among those subentries: they need no
-    entities (their keys are looked up per request, their quotas are scheduler settings).
+    entities (their keys are looked up per request, their quotas are scheduler settings); a
+    deleted client's token sensor is removed.
 
     A flow may store several such changes in one step (a reconfigure renames the agents, then
     stores the data), and this listener runs at each. The reload waits for the end of the step
     (its task starts on the next turn of the loop), so that its set-up reads every change, and
     runs once: the first of these tasks replaces the set-up the others were started for.
     """
+    async_remove_deleted_client_sensors(hass, entry)
     runtime = entry.runtime_data
     if (
         dict(entry.data) != runtime.data

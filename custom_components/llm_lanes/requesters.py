@@ -16,14 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 import re
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from homeassistant.const import ATTR_FRIENDLY_NAME
-from homeassistant.core import Context, HomeAssistant
+from homeassistant.core import Context, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr, entity_registry as er
 from homeassistant.util import slugify
 
 from custom_components.llm_lanes.const import DOMAIN
+
+if TYPE_CHECKING:
+    from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 
 AI_TASK_REQUESTER: Final = "ai_task"
 JOBS_REQUESTER: Final = "job"
@@ -31,6 +34,8 @@ JOBS_REQUESTER: Final = "job"
 OTHER_REQUESTER: Final = "other"
 """Where the tokens of requesters a server does not keep go."""
 AUTOMATION_DOMAIN: Final = "automation"
+CLIENT_KIND: Final = "client"
+"""The kind of a gateway client's requester id (``client:<subentry id>``)."""
 REQUESTER_MAX_LENGTH: Final = 128
 REQUESTER_ID: Final = re.compile(rf"[A-Za-z0-9_.:@-]{{1,{REQUESTER_MAX_LENGTH}}}")
 """What a requester id may be: short, printable, no spaces (it ends up in a unique id)."""
@@ -74,7 +79,7 @@ def is_requester_id(value: str) -> bool:
 
 def client_requester(subentry_id: str) -> str:
     """Name the requester of a gateway client (its subentry)."""
-    return f"client:{subentry_id}"
+    return f"{CLIENT_KIND}:{subentry_id}"
 
 
 def automation_for_context(hass: HomeAssistant, context: Context | None) -> str | None:
@@ -119,6 +124,30 @@ def requesters_with_sensors(hass: HomeAssistant, entry_id: str) -> set[str]:
         if registry_entry.domain == "sensor"
         and registry_entry.unique_id.startswith(prefix)
     }
+
+
+@callback
+def async_remove_deleted_client_sensors(
+    hass: HomeAssistant, entry: LLMLanesConfigEntry
+) -> None:
+    """Remove the token sensors of the server's gateway clients that were deleted.
+
+    A client's token sensor belongs to the server entry, not to the client's subentry (that
+    would add the server's device to every client in the UI), so Home Assistant keeps it when
+    the subentry is deleted; it is removed here, from the entity registry, whence the dashboard
+    builds its totals. Run at set-up (a client deleted while the entry was not loaded) and
+    whenever the entry changes.
+    """
+    registry = er.async_get(hass)
+    prefix = requester_sensor_prefix(entry.entry_id)
+    for registry_entry in er.async_entries_for_config_entry(registry, entry.entry_id):
+        if registry_entry.domain != "sensor" or not registry_entry.unique_id.startswith(
+            prefix
+        ):
+            continue
+        kind, _, ident = registry_entry.unique_id.removeprefix(prefix).partition(":")
+        if kind == CLIENT_KIND and ident not in entry.subentries:
+            registry.async_remove(registry_entry.entity_id)
 
 
 async def _async_known_name(
@@ -199,7 +228,7 @@ async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
         _, name = await _async_known_name(hass, kind, ident)
     elif kind == "job" and ident:
         name = ident
-    elif kind == "client" and ident:
+    elif kind == CLIENT_KIND and ident:
         name = next(
             (
                 subentry.title

@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 from homeassistant.config_entries import ConfigEntry, ConfigSubentry
-from homeassistant.const import CONF_API_KEY
-from homeassistant.core import HomeAssistant
+from homeassistant.const import CONF_API_KEY, EVENT_HOMEASSISTANT_STOP
+from homeassistant.core import Event, HomeAssistant
 from homeassistant.setup import async_setup_component
 import ollama
 import openai
@@ -147,9 +147,10 @@ async def gateway(
 ) -> AsyncIterator[Gateway]:
     """Serve Home Assistant's HTTP app on loopback; its real clients are closed afterwards.
 
-    The app runs as Home Assistant runs it (``AppRunner``), on a free loopback port. As in the
-    harness's ``aiohttp_client``, the router is kept unfrozen so that integrations set up later
-    can still add views.
+    The app runs as Home Assistant runs it (``AppRunner``), on a free loopback port, and stops
+    as Home Assistant stops it: on its stop event, after waiting for the handlers (here for at
+    most a second, not Home Assistant's 10). As in the harness's ``aiohttp_client``, the router
+    is kept unfrozen so that integrations set up later can still add views.
     """
     hass = ha_core
     assert await async_setup_component(hass, DOMAIN, {})
@@ -161,7 +162,14 @@ async def gateway(
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
+
+    async def stop_server(_: Event) -> None:
+        await runner.cleanup()
+
+    stopped = hass.bus.async_listen_once(EVENT_HOMEASSISTANT_STOP, stop_server)
     gateway = Gateway(hass, f"http://127.0.0.1:{port}")
     yield gateway
     await gateway.close()
-    await runner.cleanup()
+    if runner.server is not None:  # Home Assistant did not stop
+        stopped()
+        await runner.cleanup()

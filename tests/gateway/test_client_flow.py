@@ -1,7 +1,8 @@
 """Client subentries: added and reconfigured in the UI, the key shown once, no reload.
 
 Also what the rest of the integration shows of clients: their requester's name, their quota in
-the scheduler settings, and diagnostics that list them without their key.
+the scheduler settings, diagnostics that list them without their key, their token sensor (gone
+with the client); and that one client's key is revoked without touching the others.
 """
 
 from __future__ import annotations
@@ -11,13 +12,17 @@ import json
 from homeassistant.const import CONF_API_KEY, CONF_NAME
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
+from homeassistant.helpers import entity_registry as er
 import openai
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.components.diagnostics import (
     get_diagnostics_for_config_entry,
 )
-from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
+from pytest_homeassistant_custom_component.typing import (
+    ClientSessionGenerator,
+    WebSocketGenerator,
+)
 
 from custom_components.llm_lanes.const import (
     CONF_LANE,
@@ -31,6 +36,7 @@ from custom_components.llm_lanes.requesters import (
     async_requester_name,
     client_requester,
 )
+from tests.support.entities import async_flush_snapshots, entity_id_for
 from tests.support.entries import FAST_SIM, MODEL, async_start_subentry_flow
 from tests.support.requests import finished_requests
 
@@ -168,3 +174,115 @@ async def test_diagnostics_list_clients_without_keys(
         s for s in diagnostics["entry"]["subentries"] if s["type"] == "client"
     ]
     assert subentry["data"][CONF_API_KEY] == "**REDACTED**"
+
+
+async def _dashboard_token_sensors(hass_ws_client: WebSocketGenerator) -> list[str]:
+    """Return the entities the dashboard's "Total tokens" card lists."""
+    client = await hass_ws_client()
+    await client.send_json_auto_id({"type": "llm_lanes/dashboard"})
+    response = await client.receive_json()
+    assert response["success"], response
+    (view,) = response["result"]["views"]
+    (section,) = (
+        section
+        for section in view["sections"]
+        if section["cards"][0]["heading"] == "Tokens per requester"
+    )
+    totals = next(card for card in section["cards"] if card["type"] == "entities")
+    return [row["entity"] for row in totals["entities"]]
+
+
+async def test_deleting_a_client_deletes_its_token_sensor(
+    hass: HomeAssistant,
+    gateway: Gateway,
+    init_integration: MockConfigEntry,
+    hass_ws_client: WebSocketGenerator,
+) -> None:
+    """Its sensor leaves the registry, the states and the dashboard's totals; others stay."""
+    entry = init_integration
+    kept = await gateway.add_client(entry, name="Phone")
+    deleted = await gateway.add_client(entry, name="Open WebUI")
+    for client in (kept, deleted):
+        await gateway.openai(client.api_key).chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=2
+        )
+    await async_flush_snapshots(hass)
+    sensors = {
+        client: entity_id_for(
+            hass, entry, "sensor", f"requester_tokens_{client.requester}"
+        )
+        for client in (kept, deleted)
+    }
+    assert set(sensors.values()) <= set(await _dashboard_token_sensors(hass_ws_client))
+
+    hass.config_entries.async_remove_subentry(entry, deleted.subentry_id)
+    await hass.async_block_till_done()
+
+    registry = er.async_get(hass)
+    assert registry.async_get(sensors[deleted]) is None
+    assert hass.states.get(sensors[deleted]) is None
+    assert registry.async_get(sensors[kept]) is not None
+    totals = await _dashboard_token_sensors(hass_ws_client)
+    assert sensors[kept] in totals
+    assert sensors[deleted] not in totals
+    # The scheduler still counts what the client used: no sensor comes back for it.
+    await async_flush_snapshots(hass)
+    assert registry.async_get(sensors[deleted]) is None
+
+
+async def test_a_client_deleted_while_the_server_is_unloaded_loses_its_sensor(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """Deleted while nothing listens (the entry unloaded): the set-up removes the sensor."""
+    entry = init_integration
+    client = await gateway.add_client(entry)
+    await gateway.openai(client.api_key).chat.completions.create(
+        model=MODEL, messages=HELLO, max_tokens=2
+    )
+    await async_flush_snapshots(hass)
+    sensor = entity_id_for(
+        hass, entry, "sensor", f"requester_tokens_{client.requester}"
+    )
+    assert await hass.config_entries.async_unload(entry.entry_id)
+    hass.config_entries.async_remove_subentry(entry, client.subentry_id)
+    await hass.async_block_till_done()
+    assert er.async_get(hass).async_get(sensor) is not None  # nothing removed it yet
+
+    assert await hass.config_entries.async_setup(entry.entry_id)
+    await hass.async_block_till_done()
+    assert er.async_get(hass).async_get(sensor) is None
+
+
+async def test_rotating_one_clients_key_leaves_the_others_working(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """One app's key is revoked by rotating it; every other client keeps its key and works."""
+    entry = init_integration
+    revoked_id, shown = await _add_client_in_the_ui(hass, entry)
+    others = [
+        await gateway.add_client(entry, name="Phone"),
+        await gateway.add_client(entry, name="Home Assistant Ollama", lane="voice"),
+    ]
+    scheduler = entry.runtime_data.scheduler
+
+    result = await entry.start_subentry_reconfigure_flow(hass, revoked_id)
+    result = await hass.config_entries.subentries.async_configure(
+        result["flow_id"], {CONF_LANE: "interactive", CONF_ROTATE_KEY: True}
+    )
+    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    assert result["reason"] == "reconfigure_successful"
+    await hass.async_block_till_done()
+
+    with pytest.raises(openai.AuthenticationError):
+        await gateway.openai(shown["api_key"]).models.list()
+    finished = finished_requests(entry)
+    for other in others:
+        assert entry.subentries[other.subentry_id].data[CONF_API_KEY] == other.api_key
+        await gateway.openai(other.api_key).chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=2
+        )
+        await gateway.ollama(other.api_key).chat(model=MODEL, messages=HELLO)
+    assert sorted(f.requester for f in finished) == sorted(
+        [other.requester for other in others] * 2
+    )
+    assert entry.runtime_data.scheduler is scheduler  # nothing was reloaded

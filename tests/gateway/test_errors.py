@@ -25,6 +25,7 @@ from custom_components.llm_lanes.const import (
     OPT_QUOTA_ACTION,
     SUBENTRY_CLIENT,
 )
+from custom_components.llm_lanes.gateway.http_errors import UNAVAILABLE_RETRY_AFTER_S
 from custom_components.llm_lanes.gateway.relay import MAX_BODY_BYTES
 from tests.support.entities import async_set_options
 from tests.support.entries import MODEL, REAL_SPEED_SIM, async_set_up, server_entry
@@ -219,9 +220,26 @@ async def test_server_down_is_503(
         )
     assert down.value.status_code == 503
     assert "does not answer" in down.value.message
+    assert down.value.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
     with pytest.raises(ollama.ResponseError) as ollama_down:
         await gateway.ollama(client.api_key).chat(model=MODEL, messages=HELLO)
     assert ollama_down.value.status_code == 503
+
+
+async def test_cannot_connect_is_503_with_retry_after(
+    gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
+) -> None:
+    """A server gone since the last poll: the request cannot connect, a 503 to retry later."""
+    client = await gateway.add_client(init_integration)
+    await sim.stop()
+
+    with pytest.raises(openai.APIStatusError) as down:
+        await gateway.openai(client.api_key).chat.completions.create(
+            model=MODEL, messages=HELLO
+        )
+    assert down.value.status_code == 503
+    assert "cannot connect" in down.value.message
+    assert down.value.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
 
 
 async def test_error_after_the_first_token_ends_the_stream(
@@ -267,3 +285,4 @@ async def test_client_of_a_server_not_set_up_is_503(
         await gateway.openai("a-key-of-a-server-that-is-down").models.list()
     assert down.value.status_code == 503
     assert "not available" in down.value.message
+    assert down.value.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)

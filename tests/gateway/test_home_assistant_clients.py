@@ -8,9 +8,11 @@ Both run in front of a simulated llama.cpp and a simulated Ollama (``conftest.si
 
 from __future__ import annotations
 
+from homeassistant import config_entries
 from homeassistant.components import conversation
 from homeassistant.const import CONF_API_KEY, CONF_MODEL, CONF_URL
 from homeassistant.core import Context, HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.helpers import entity_registry as er, intent
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
@@ -117,3 +119,27 @@ async def test_core_integration_as_a_client(
         (lane, client.requester, "ok")
     ]
     await _assert_counted(hass, init_integration, client, lane, name)
+
+
+async def test_core_ollama_entry_is_titled_with_the_key(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """Home Assistant's Ollama flow titles its entry with the URL, key included (README).
+
+    Renaming the entry hides it; the URL it uses stays.
+    """
+    client = await gateway.add_client(init_integration, name="Core Ollama")
+    url = gateway.ollama_url(client.api_key)
+    result = await hass.config_entries.flow.async_init(
+        "ollama", context={"source": config_entries.SOURCE_USER}
+    )
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: url}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["title"] == url
+    assert client.api_key in result["title"]
+    entry = result["result"]
+    hass.config_entries.async_update_entry(entry, title="Ollama via LLM Lanes")
+    assert client.api_key not in entry.title
+    assert entry.data[CONF_URL] == url

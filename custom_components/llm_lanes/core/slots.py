@@ -162,20 +162,25 @@ class SlotTable:
         if lane.urgent and keys.stable is not None:
             self._urgent_prefixes[keys.stable] = now
         spare = (
-            self._spare_for_urgent(now) if lane.foreground and not lane.urgent else set()
+            self._spare_for_urgent(now)
+            if lane.foreground and not lane.urgent
+            else set()
         )
         best: int | None = None
         best_score: tuple[int, ...] | None = None
         for index, slot in enumerate(self._slots):
             if slot.holder is not None:
                 continue
-            score = (int(index not in spare),) + self._score(
-                index,
-                slot,
-                lane,
-                keys,
-                own=previous == index and slot.last_seq == seq,
-                now=now,
+            score = (
+                int(index not in spare),
+                *self._score(
+                    index,
+                    slot,
+                    lane,
+                    keys,
+                    own=previous == index and slot.last_seq == seq,
+                    now=now,
+                ),
             )
             if best_score is None or score > best_score:
                 best, best_score = index, score

@@ -1,8 +1,9 @@
 """The gateway's HTTP errors: what each engine error answers, in the shape of each API.
 
 An error carries its status, a message for the client, OpenAI's ``type`` / ``code`` / ``param``
-and, for a client that should come back later, ``Retry-After``. ``http_error_of`` is the one
-mapping from ``core.errors`` to statuses; no engine error becomes a 500.
+and, for a client that should come back later, ``Retry-After`` (every 503 has one: it is
+always a "later"). ``http_error_of`` is the one mapping from ``core.errors`` to statuses; no
+engine error becomes a 500.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ from custom_components.llm_lanes.core.quotas import BUCKET_S
 
 QUEUE_RETRY_AFTER_S: Final = 2
 """When a client whose lane queue is full (or whose server is busy) may try again."""
+UNAVAILABLE_RETRY_AFTER_S: Final = 10
+"""When a client may try again whose server does not answer, is not set up or is reloading, or
+whose Home Assistant is stopping: the server is polled every few seconds while it is down, and
+an entry reloads in seconds."""
 QUOTA_RETRY_AFTER_S: Final = int(BUCKET_S)
 """When a client over its daily quota may try again: the rolling budget frees five minutes of
 use at a time."""
@@ -108,6 +113,7 @@ def unavailable(message: str) -> GatewayError:
         message,
         kind=UNAVAILABLE,
         code="server_unavailable",
+        retry_after=UNAVAILABLE_RETRY_AFTER_S,
     )
 
 
@@ -137,12 +143,12 @@ _STATUSES: tuple[
     (QueueFullError,        HTTPStatus.TOO_MANY_REQUESTS,   RATE_LIMIT,      "queue_full",         None,    QUEUE_RETRY_AFTER_S),
     (QuotaExceededError,    HTTPStatus.TOO_MANY_REQUESTS,   RATE_LIMIT,      "quota_exceeded",     None,    QUOTA_RETRY_AFTER_S),
     (QueueTimeoutError,     HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "queue_timeout",      None,    QUEUE_RETRY_AFTER_S),
-    (SchedulerClosedError,  HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_unavailable", None,    None),
+    (SchedulerClosedError,  HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_unavailable", None,    UNAVAILABLE_RETRY_AFTER_S),
     (ModelNotFoundError,    HTTPStatus.NOT_FOUND,           NOT_FOUND,       "model_not_found",    "model", None),
     (ToolsUnsupportedError, HTTPStatus.BAD_REQUEST,         INVALID_REQUEST, "tools_unsupported",  "tools", None),
     (ServerBusyError,       HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_busy",        None,    QUEUE_RETRY_AFTER_S),
     (AuthError,             HTTPStatus.BAD_GATEWAY,         UNAVAILABLE,     "server_auth",        None,    None),
-    (BackendConnectionError, HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,    "server_unavailable", None,    None),
+    (BackendConnectionError, HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,    "server_unavailable", None,    UNAVAILABLE_RETRY_AFTER_S),
     (BackendTimeoutError,   HTTPStatus.GATEWAY_TIMEOUT,     UNAVAILABLE,     "timeout",            None,    None),
 )  # fmt: skip
 """Engine errors and what they answer, most specific first (the server's own statuses after)."""

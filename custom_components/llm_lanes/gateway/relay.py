@@ -2,12 +2,13 @@
 
 ``read_json`` reads a body up to ``MAX_BODY_BYTES``. ``relay`` waits for the answer's first
 chunk before it sends a status (so a refusal or a server error is still a status of its own),
-then streams chunk by chunk, flushing each, or gathers the whole answer. ``watch_disconnect``
+then streams chunk by chunk, flushing each, or gathers the whole answer. ``watch_request``
 notices a client that goes away, while it waits in the queue as while it streams: Home
 Assistant's server cancels the handler itself then, but other aiohttp servers (its test
 server among them) do not, so the connection is checked a few times a second and the handler
 cancelled. Either way leaving the handler closes the scheduler stream, which frees the request's
-queue place or slot and cancels it at the server.
+queue place or slot and cancels it at the server. The same watch ends the request with an error
+when Home Assistant stops (``in_flight``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from aiohttp import hdrs, web
+from homeassistant.helpers.http import KEY_HASS
 from homeassistant.util.json import json_loads
 
 from custom_components.llm_lanes.core.errors import LanesError
@@ -32,6 +34,11 @@ from custom_components.llm_lanes.gateway.http_errors import (
     Wire,
     http_error_of,
     unknown_endpoint,
+)
+from custom_components.llm_lanes.gateway.in_flight import (
+    IN_FLIGHT,
+    InFlight,
+    stopping_error,
 )
 
 _LOGGER = logging.getLogger(__name__)
@@ -59,10 +66,11 @@ async def serve(
 ) -> web.StreamResponse:
     """Authenticate, then answer with ``handler`` (None: 404 for ``path``).
 
-    Errors are answered in the API's shape; the client is watched for a disconnect.
+    Errors are answered in the API's shape; the request is watched (``watch_request``): its
+    client may disconnect, Home Assistant may stop.
     """
     try:
-        with watch_disconnect(request):
+        with watch_request(request, request.app[KEY_HASS].data[IN_FLIGHT]):
             caller = await authenticate()
             if handler is None:
                 raise unknown_endpoint(request.method, path)
@@ -99,23 +107,45 @@ async def read_json(request: web.Request) -> Any:
         ) from err
 
 
-class watch_disconnect:  # noqa: N801 (used like contextlib's context managers)
-    """Cancel the handler when its client disconnects; raise ``ClientDisconnectedError`` then."""
+class watch_request:  # noqa: N801 (used like contextlib's context managers)
+    """Watch a request while it is answered: its client may go away, Home Assistant may stop.
 
-    __slots__ = ("_gone", "_handle", "_loop", "_request", "_task")
+    A client that disconnects cancels the handler, which the block raises as
+    ``ClientDisconnectedError``. The request is counted in ``in_flight`` for its duration, and
+    ended by it when Home Assistant stops (``end``): the handler is cancelled, and the block
+    raises the error it was ended with (a 503 answered in the API's shape), unless the answer
+    has begun: ``relay`` then takes it (``take_end``) and writes it as the stream's last line.
+    A request that comes once Home Assistant is stopping is refused with that error at once.
+    """
 
-    def __init__(self, request: web.Request) -> None:
-        """Watch the connection of ``request`` (from the task that handles it)."""
+    __slots__ = (
+        "_ended",
+        "_gone",
+        "_handle",
+        "_in_flight",
+        "_loop",
+        "_request",
+        "_task",
+    )
+
+    def __init__(self, request: web.Request, in_flight: InFlight) -> None:
+        """Watch ``request`` (from the task that handles it), counted in ``in_flight``."""
         self._request = request
+        self._in_flight = in_flight
         self._loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         self._task = task
         self._gone = False
+        self._ended: GatewayError | None = None
         self._handle: asyncio.TimerHandle | None = None
 
     def __enter__(self) -> None:
-        """Start watching."""
+        """Start watching (or refuse the request: Home Assistant is stopping)."""
+        if self._in_flight.stopping:
+            raise stopping_error()
+        self._in_flight.add(self)
+        self._request[WATCH] = self
         self._handle = self._loop.call_later(DISCONNECT_POLL_S, self._check)
 
     def _check(self) -> None:
@@ -127,22 +157,43 @@ class watch_disconnect:  # noqa: N801 (used like contextlib's context managers)
             return
         self._handle = self._loop.call_later(DISCONNECT_POLL_S, self._check)
 
+    def end(self, error: GatewayError) -> None:
+        """End the request with ``error``: its handler is cancelled (once)."""
+        if self._ended is None and not self._gone:
+            self._ended = error
+            self._task.cancel()
+
+    def take_end(self) -> GatewayError | None:
+        """Return the error the request was ended with, taking over its cancellation.
+
+        None when the request was not ended (the cancellation is someone else's).
+        """
+        error, self._ended = self._ended, None
+        if error is not None:
+            self._task.uncancel()
+        return error
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop watching; a cancellation this watch caused becomes ``ClientDisconnectedError``."""
+        """Stop watching; a cancellation this watch caused becomes its error."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        if (
-            self._gone
-            and isinstance(exc, asyncio.CancelledError)
-            and self._task.uncancel() == 0
-        ):
+        self._in_flight.discard(self)
+        if not isinstance(exc, asyncio.CancelledError):
+            return
+        if self._gone and self._task.uncancel() == 0:
             raise ClientDisconnectedError from None
+        if (error := self.take_end()) is not None and self._task.cancelling() == 0:
+            raise error from None
+
+
+WATCH: Final = web.RequestKey("llm_lanes_watch", watch_request)
+"""Where a request's ``watch_request`` is, for ``relay``."""
 
 
 async def relay(
@@ -183,6 +234,10 @@ async def relay(
             await response.write(wire.error_line(http_error_of(err)))
         except ConnectionResetError as err:
             raise ClientDisconnectedError from err
+        except asyncio.CancelledError:
+            if (ended := request[WATCH].take_end()) is None:
+                raise
+            await response.write(wire.error_line(ended))
         await response.write_eof()
         return response
 

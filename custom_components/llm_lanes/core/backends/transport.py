@@ -3,7 +3,8 @@
 Every call has a deadline: a connect timeout, a total timeout for plain calls, and for streams a
 first-token deadline followed by an idle limit between lines. aiohttp and asyncio failures (and
 HTTP error statuses, by ``core.errors.http_error``) are turned into the ``BackendError``
-subclasses of ``core.errors``; nothing here hangs.
+subclasses of ``core.errors``; nothing here hangs. A request whose kept-alive connection the
+server closed before answering is sent once more, on a new connection (``HttpClient._send``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import logging
 from typing import Any, TypedDict, Unpack
 
 import aiohttp
+from aiohttp import hdrs
+from yarl import URL
 
 from custom_components.llm_lanes.core.backends.base import BackendTimeouts
 from custom_components.llm_lanes.core.errors import (
@@ -63,6 +66,36 @@ def _connection_error(
             f"the server at {url} closed the connection: {err}", url=url
         )
     return BackendConnectionError(f"request to {url} failed: {err}", url=url)
+
+
+def _closed_before_answering(err: aiohttp.ClientError) -> bool:
+    """Whether a request failed on a connection that closed before any byte of the answer.
+
+    That is what a pooled keep-alive connection does when the server closes it at the moment
+    it is reused: the server read nothing of the request, so sending it again is safe. A
+    connection that could not be opened (``ClientConnectorError``) is no such case, nor an
+    answer whose head was partly read (the error then carries the parsed message).
+    """
+    if isinstance(err, aiohttp.ClientConnectorError):
+        return False
+    if isinstance(err, aiohttp.ServerDisconnectedError):
+        return isinstance(err.message, str)
+    return True
+
+
+def _retried(url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    """Return what makes a request's second attempt go out on a new connection of its own.
+
+    aiohttp's pool hands out its oldest idle connection first, and connections a burst opened
+    go idle together, so the next pooled connection may be closing as well. aiohttp pools
+    connections by host, port, TLS settings and TLS server name: naming the server's host as
+    the TLS server name (what TLS uses anyway; plain HTTP ignores it) asks for a connection no
+    first attempt uses, and ``Connection: close`` keeps that one out of the pool afterwards.
+    """
+    return {
+        "headers": {**headers, hdrs.CONNECTION: "close"},
+        "server_hostname": URL(url).raw_host,
+    }
 
 
 class CallOptions(TypedDict, total=False):
@@ -113,21 +146,36 @@ class HttpClient:
         *,
         json_body: Mapping[str, Any] | None,
         timeout: aiohttp.ClientTimeout,
+        stream: bool = False,
     ) -> aiohttp.ClientResponse:
-        """Send a request; retry once when a pooled keep-alive connection turns out closed.
+        """Send a request and wait for the head of its answer.
 
-        Servers close idle keep-alive connections on their own schedule (llama.cpp does so
-        after streamed answers); the request then fails before the server read it, so sending
-        it again on a fresh connection is safe.
+        A request whose connection closed before any byte of the answer came
+        (``_closed_before_answering``) is sent once more, on a new connection (``_retried``).
+        Nothing else is sent twice: not a timeout (the caller's deadline covers both attempts),
+        not a connection that could not be opened, not an answer that has begun.
+
+        A streamed answer's connection serves that answer only (``Connection: close``):
+        llama.cpp's server closes it after the last chunk while announcing keep-alive, so given
+        back to the pool it would fail the next request that took it before the close arrived.
         """
+        headers = (
+            {**self._headers, hdrs.CONNECTION: "close"} if stream else self._headers
+        )
         try:
             return await self.session.request(
-                method, url, json=json_body, headers=self._headers, timeout=timeout
+                method, url, json=json_body, headers=headers, timeout=timeout
             )
-        except aiohttp.ServerDisconnectedError:
-            _LOGGER.debug("%s closed a pooled connection; sending again", url)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+            if not _closed_before_answering(err):
+                raise
+            _LOGGER.debug(
+                "%s closed the connection before answering (%s); sending again on a new one",
+                url,
+                err,
+            )
         return await self.session.request(
-            method, url, json=json_body, headers=self._headers, timeout=timeout
+            method, url, json=json_body, timeout=timeout, **_retried(url, headers)
         )
 
     async def request_text(
@@ -222,7 +270,11 @@ class HttpClient:
         try:
             async with asyncio.timeout_at(first_deadline):
                 response = await self._send(
-                    "POST", url, json_body=body, timeout=_client_timeout(timeouts, None)
+                    "POST",
+                    url,
+                    json_body=body,
+                    timeout=_client_timeout(timeouts, None),
+                    stream=True,
                 )
         except aiohttp.ConnectionTimeoutError as err:
             raise _connection_error(err, url, timeouts) from err

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import math
 import random
 from unittest.mock import patch
@@ -142,28 +142,19 @@ ITEM_1 = Household(
     window_s=60.0,
     quota=0,
 )
-ITEM_2 = Household(
+ITEM_2 = replace(
     # #19 item 2: a CPU server, bursty voice commands at 0.5/s, automations at 0.15/s, three
     # summaries of ~1,500 prompt and ~350 output tokens in closed loop, the default share.
+    ITEM_1,
     seed=2,
     costs="cpu",
-    chooses_slots=True,
-    duration_s=90.0,
     voice_per_s=0.5,
     voice_bursts=True,
-    assist_prompt=False,
-    announced=False,
     chats=0,
-    chat_depth=1,
-    chat_prompt=(50, 300),
     automations_per_s=0.15,
     summaries=3,
     summary_prompt=(1500, 2500),
-    summary_answer=(200, 350),
-    failure_rate=0.0,
     share=0.1,
-    window_s=60.0,
-    quota=0,
 )
 
 

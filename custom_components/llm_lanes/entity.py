@@ -28,6 +28,7 @@ from homeassistant.helpers.update_coordinator import (
 )
 from yarl import URL
 
+from custom_components.llm_lanes.authorization import async_require_admin
 from custom_components.llm_lanes.chat import async_run_chat_log
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import (
@@ -145,7 +146,8 @@ class ActivityEntity(LLMLanesEntity[ActivityCoordinator]):
 class SchedulerSettingEntity(ServerEntity):
     """A control that shows one scheduler setting and stores changes in the entry options.
 
-    Its description's key is the option it is stored under. The entry's update listener applies
+    Its description's key is the option it is stored under; only an admin (or an automation)
+    may change it, as the options. The entry's update listener applies
     stored options to the scheduler at once (``async_apply_options``), then signals it
     (``options_applied_signal``), so this entity shows every change of its setting, its own and
     the options flow's.
@@ -169,8 +171,13 @@ class SchedulerSettingEntity(ServerEntity):
             )
         )
 
-    def _store_option(self, value: Any) -> None:
-        """Store the setting under its option (the description's key); the listener applies it."""
+    async def _async_store_option(self, value: Any) -> None:
+        """Store the setting under its option (the description's key); the listener applies it.
+
+        Admins only, as the options flow (``authorization``): a user who is not an admin is
+        refused and nothing changes.
+        """
+        await async_require_admin(self.hass, self._context, entity_id=self.entity_id)
         self.hass.config_entries.async_update_entry(
             self.entry,
             options={**self.entry.options, self.entity_description.key: value},

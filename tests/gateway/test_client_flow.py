@@ -1,5 +1,8 @@
 """Client subentries: added and reconfigured in the UI, the key shown once, no reload.
 
+A client is stored as its form is submitted and its key shown in the result, with the base URLs
+Home Assistant is reached at (so closing the dialog loses nothing); those URLs work.
+
 Also what the rest of the integration shows of clients: their requester's name, their quota in
 the scheduler settings, and diagnostics that list them without their key.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 import json
 
 from homeassistant import config_entries
+from homeassistant.components.http import ApiConfig
 from homeassistant.const import CONF_API_KEY, CONF_NAME
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
@@ -19,6 +23,7 @@ from pytest_homeassistant_custom_component.components.diagnostics import (
     get_diagnostics_for_config_entry,
 )
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
+from yarl import URL
 
 from custom_components.llm_lanes.const import (
     CONF_LANE,
@@ -28,6 +33,11 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CLIENT,
 )
 from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.gateway.clients import (
+    PLACEHOLDER_URL,
+    base_urls,
+    home_assistant_url,
+)
 from custom_components.llm_lanes.requesters import (
     async_requester_name,
     client_requester,
@@ -49,22 +59,21 @@ def sim_config() -> SimConfig:
 async def _add_client_in_the_ui(
     hass: HomeAssistant, entry: MockConfigEntry, **fields: object
 ) -> tuple[str, dict[str, str]]:
-    """Go through the add-client flow; return the new subentry's id and the key step's text."""
+    """Go through the add-client flow; return the new subentry's id and what its result shows."""
     result = await hass.config_entries.subentries.async_init(
         (entry.entry_id, SUBENTRY_CLIENT),
         context={"source": config_entries.SOURCE_USER},
     )
     assert result["type"] is FlowResultType.FORM
     assert result["step_id"] == "user"
+    before = set(entry.subentries)
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_NAME: "Open WebUI", CONF_LANE: "interactive", **fields}
     )
-    assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "key"
-    shown = dict(result["description_placeholders"] or {})
-    before = set(entry.subentries)
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    # Stored at once: the key is shown in the result, nothing is left to submit.
     assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["description"] == "key"
+    shown = dict(result["description_placeholders"] or {})
     await hass.async_block_till_done()
     (subentry_id,) = set(entry.subentries) - before
     return subentry_id, shown
@@ -112,6 +121,71 @@ async def test_add_client_shows_its_key_once_and_needs_no_reload(
         await gateway.openai(key).models.list()
 
 
+async def test_the_shown_url_is_where_home_assistant_listens(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """Bound to 127.0.0.1 with a LAN address detected (``scripts/develop``): 127.0.0.1 is shown.
+
+    The real ``openai`` client, given only what the dialog shows, gets an answer.
+    """
+    port = URL(gateway.url).port
+    assert port is not None
+    hass.config.api = ApiConfig(
+        local_ip="192.0.2.2", host="127.0.0.1", port=port, use_ssl=False
+    )
+    _, shown = await _add_client_in_the_ui(hass, init_integration)
+    assert shown["openai_url"] == f"http://127.0.0.1:{port}/api/llm_lanes/v1"
+    client = openai.AsyncOpenAI(
+        base_url=shown["openai_url"], api_key=shown["api_key"], max_retries=0
+    )
+    try:
+        answer = await client.chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=3
+        )
+    finally:
+        await client.close()
+    assert answer.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    ("internal_url", "host", "expected"),
+    [
+        # The internal URL the household set, whatever Home Assistant binds to.
+        (
+            "http://homeassistant.local:8123",
+            "0.0.0.0",
+            "http://homeassistant.local:8123",
+        ),
+        ("http://ha.lan:8123", "127.0.0.1", "http://ha.lan:8123"),
+        # Bound to every address: the LAN address Home Assistant detected for itself.
+        (None, "0.0.0.0", "http://192.168.1.5:8123"),
+        # Bound to one address: that one (the detected address would not answer).
+        (None, "127.0.0.1", "http://127.0.0.1:8123"),
+        (None, "192.168.1.7", "http://192.168.1.7:8123"),
+    ],
+)
+async def test_base_urls_follow_what_home_assistant_knows(
+    hass: HomeAssistant,
+    internal_url: str | None,
+    host: str,
+    expected: str,
+) -> None:
+    """The internal URL first, then where Home Assistant listens, then ``get_url``'s pick."""
+    hass.config.internal_url = internal_url
+    hass.config.api = ApiConfig(
+        local_ip="192.168.1.5", host=host, port=8123, use_ssl=False
+    )
+    assert home_assistant_url(hass) == expected
+    assert base_urls(hass, "k")["ollama_url"] == f"{expected}/api/llm_lanes/ollama/k"
+
+
+async def test_without_a_known_url_a_placeholder_is_shown(hass: HomeAssistant) -> None:
+    """No HTTP server and no URL configured: the placeholder says what to put there."""
+    hass.config.api = None
+    hass.config.internal_url = hass.config.external_url = None
+    assert home_assistant_url(hass) == PLACEHOLDER_URL
+
+
 async def test_reconfigure_changes_lane_and_rotates_the_key(
     hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
 ) -> None:
@@ -137,12 +211,13 @@ async def test_reconfigure_changes_lane_and_rotates_the_key(
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_LANE: "voice", CONF_ROTATE_KEY: True}
     )
-    assert result["step_id"] == "key"
-    new_key = (result["description_placeholders"] or {})["api_key"]
-    assert new_key != old_key
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    # Stored as the form is submitted; the closing message shows the new key.
     assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "reconfigure_successful"
+    assert result["reason"] == "key_rotated"
+    shown = dict(result["description_placeholders"] or {})
+    new_key = shown["api_key"]
+    assert new_key != old_key
+    assert shown["ollama_url"].endswith(f"/api/llm_lanes/ollama/{new_key}")
     await hass.async_block_till_done()
     assert entry.subentries[subentry_id].data[CONF_API_KEY] == new_key
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from homeassistant.components.switch import SwitchEntity, SwitchEntityDescription
+from homeassistant.components.switch.const import SwitchDeviceClass
 from homeassistant.const import EntityCategory
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
@@ -17,7 +18,11 @@ from custom_components.llm_lanes.entity import JobEntity, SchedulerSettingEntity
 PARALLEL_UPDATES = 0
 
 BACKGROUND_PAUSED = SwitchEntityDescription(
-    key=OPT_BACKGROUND_PAUSED, translation_key=OPT_BACKGROUND_PAUSED
+    key=OPT_BACKGROUND_PAUSED,
+    translation_key=OPT_BACKGROUND_PAUSED,
+    # The one switch of a server with a device class: a blueprint's entity selector can offer it
+    # alone (its filter knows integration, domain and device class, not which switch it is).
+    device_class=SwitchDeviceClass.SWITCH,
 )
 JOBS_PAUSED = SwitchEntityDescription(
     key="jobs_paused",

@@ -42,6 +42,8 @@ EXPECTED = re.compile(
     r"WARNING \(\w+\) \[homeassistant\.loader\] We found a custom integration llm_lanes "
     r"which has not been tested by Home Assistant\."
 )
+UI_FILES = {"automations.yaml": "[]\n", "scripts.yaml": "", "scenes.yaml": ""}
+"""What the UI writes to (automations, scripts, scenes), created empty as Home Assistant does."""
 CHECK_USER = {"name": "Check", "username": "check", "password": "check-password"}
 
 
@@ -96,15 +98,37 @@ class DevInstance:
         """The Home Assistant process (started last)."""
         return self._processes[-1]
 
-    def start(self) -> None:
-        """Prepare the folder, start the simulator, seed the storage, start Home Assistant."""
+    def prepare(self) -> None:
+        """Fill the config folder with what Home Assistant and LLM Lanes need to start.
+
+        configuration.yaml (unless the folder has one), the files it includes, and links to the
+        repository's integration and blueprints.
+        """
         self.config_dir.mkdir(parents=True, exist_ok=True)
         if not (self.config_dir / "configuration.yaml").exists():
             shutil.copy(CONFIG_YAML, self.config_dir / "configuration.yaml")
-        link = self.config_dir / "custom_components" / "llm_lanes"
-        link.parent.mkdir(exist_ok=True)
-        if not link.is_symlink():
-            link.symlink_to(REPO / "custom_components" / "llm_lanes")
+        # What configuration.yaml includes, as Home Assistant's default configuration starts them.
+        for name, empty in UI_FILES.items():
+            if not (self.config_dir / name).exists():
+                (self.config_dir / name).write_text(empty)
+        # The integration, and its blueprints where Settings → Blueprints finds them.
+        for link, target in (
+            (
+                self.config_dir / "custom_components" / "llm_lanes",
+                REPO / "custom_components" / "llm_lanes",
+            ),
+            (
+                self.config_dir / "blueprints" / "automation" / "llm_lanes",
+                REPO / "blueprints" / "automation" / "llm_lanes",
+            ),
+        ):
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.is_symlink():
+                link.symlink_to(target)
+
+    def start(self) -> None:
+        """Prepare the folder, start the simulator, seed the storage, start Home Assistant."""
+        self.prepare()
 
         say(f"simulated LLM server on {self.sim_url} ({self.sim_slots} slots)")
         with (self.config_dir / "simulator.log").open("wb") as sim_log:

@@ -95,10 +95,18 @@ async def test_user_flow_creates_entry_with_agents(
     assert entry.unique_id == f"llama_cpp@127.0.0.1:{sim.port}"
     assert entry.title == f"llama.cpp on 127.0.0.1 ({sim_config.model})"
     assert sorted((s.subentry_type, s.title) for s in entry.subentries.values()) == [
-        (SUBENTRY_AI_TASK, "llama.cpp on 127.0.0.1 AI Task"),
-        (SUBENTRY_CONVERSATION, "llama.cpp on 127.0.0.1 conversation"),
+        (SUBENTRY_AI_TASK, "llama.cpp on 127.0.0.1"),
+        (SUBENTRY_CONVERSATION, "llama.cpp on 127.0.0.1"),
     ]
     await hass.async_block_till_done()
+    # Their devices are named after the server, their entities say what they are.
+    for entity_id, name in (
+        ("conversation.llama_cpp_on_127_0_0_1_conversation", "Conversation"),
+        ("ai_task.llama_cpp_on_127_0_0_1_ai_task", "AI Task"),
+    ):
+        state = hass.states.get(entity_id)
+        assert state is not None
+        assert state.name == f"llama.cpp on 127.0.0.1 {name}"
     assert await hass.config_entries.async_unload(entry.entry_id)
 
 
@@ -149,7 +157,7 @@ async def test_two_servers_can_be_told_apart(
             context={"source": config_entries.SOURCE_USER},
         )
         name = next(key for key in result["data_schema"].schema if key == CONF_NAME)
-        assert name.default() == f"llama.cpp on 127.0.0.1:{second.port} conversation"
+        assert name.default() == f"llama.cpp on 127.0.0.1:{second.port}"
         for entry in entries:
             assert await hass.config_entries.async_unload(entry.entry_id)
 
@@ -335,7 +343,7 @@ async def test_reconfigure_moves_the_server(
         assert entry.title == f"llama.cpp on 127.0.0.1:{moved.port} ({model})"
         assert set(entry.subentries) == subentry_ids
         assert {s.title for s in entry.subentries.values()} == {
-            f"llama.cpp on 127.0.0.1:{moved.port} conversation",
+            f"llama.cpp on 127.0.0.1:{moved.port}",
             "Kitchen tasks",
         }
         # Reloaded once, from the update listener, for the three changes.

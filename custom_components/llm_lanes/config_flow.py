@@ -51,7 +51,7 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.errors import AuthError, BackendError
 from custom_components.llm_lanes.entry_defaults import (
-    SUBENTRY_NAME_SUFFIXES,
+    NAMED_SUBENTRY_TYPES,
     default_names,
     default_subentries,
     entry_title,
@@ -100,6 +100,8 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     """Add an LLM server: URL (and API key), detection, then the model to serve."""
 
     VERSION = 1
+    MINOR_VERSION = 2
+    """1.2: agents and AI Task entities are named after their server alone (``entry_defaults``)."""
 
     def __init__(self) -> None:
         """Start with nothing probed."""
@@ -256,7 +258,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
         old = default_names(kind, entry.data[CONF_URL])
         new = server_name(kind, url, other_server_urls(self.hass, entry.entry_id))
         for subentry in entry.subentries.values():
-            if subentry.subentry_type not in SUBENTRY_NAME_SUFFIXES:
+            if subentry.subentry_type not in NAMED_SUBENTRY_TYPES:
                 continue
             if subentry.title in {
                 subentry_name(subentry.subentry_type, name) for name in old

@@ -39,6 +39,7 @@ from custom_components.llm_lanes.coordinator import (
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.entry_defaults import default_names
 from custom_components.llm_lanes.jobs.manager import JobManager
 
 
@@ -199,13 +200,30 @@ class JobEntity(ServerEntity):
 
 
 class LLMLanesSubentryEntity(ServerEntity):
-    """An entity of one subentry (its own device, via the server's), sending through its scheduler."""
+    """An entity of one subentry (its own device, via the server's), sending through its scheduler.
 
-    _attr_name = None
+    The device is named after the subentry. A subentry named after its server (the default,
+    "llama.cpp on nas") has its entity say what it is (``name_key``: "Conversation", "AI Task",
+    translated); one the user named ("Kitchen helper") is that name alone.
+    """
+
+    name_key: str
+    """The translation key naming the entity (``entity.<platform>.<name_key>.name``)."""
 
     def __init__(self, entry: LLMLanesConfigEntry, subentry: ConfigSubentry) -> None:
-        """Name the entity after its subentry."""
-        super().__init__(entry, EntityDescription(key=subentry.subentry_id))
+        """Put the entity on its subentry's device; name it by what it is, or by the device."""
+        named_after_server = subentry.title in default_names(
+            ServerKind(entry.data[CONF_KIND]), entry.data[CONF_URL]
+        )
+        super().__init__(
+            entry,
+            EntityDescription(
+                key=subentry.subentry_id,
+                translation_key=self.name_key if named_after_server else None,
+            ),
+        )
+        if not named_after_server:
+            self._attr_name = None
         self.subentry = subentry
         # A device belongs to one subentry, so each agent gets its own device, linked to the
         # server's device (``via_device_id``).

@@ -24,6 +24,7 @@ from homeassistant.helpers.dispatcher import async_dispatcher_connect
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.llm_lanes.config_flow import URL_EXAMPLE
 from custom_components.llm_lanes.const import (
     CONF_KIND,
     CONF_MODEL,
@@ -224,7 +225,10 @@ async def test_user_flow_errors_then_recovers(
         assert result["errors"] == errors, user_input
         if errors == {"base": "cannot_connect"}:
             # The error names the URL tried (and says what to check there).
-            assert result["description_placeholders"] == {CONF_URL: closed}
+            assert result["description_placeholders"] == {
+                CONF_URL: closed,
+                **URL_EXAMPLE,
+            }
 
     result = await hass.config_entries.flow.async_configure(
         flow_id, {CONF_URL: sim.url}
@@ -393,6 +397,7 @@ async def test_reconfigure_refuses_another_kind_or_a_configured_server(
             CONF_URL: ollama.url,
             "kind": "llama.cpp",
             "found": "Ollama",
+            **URL_EXAMPLE,
         }
 
         result = await hass.config_entries.flow.async_configure(

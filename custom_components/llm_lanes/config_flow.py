@@ -7,7 +7,7 @@ AI Task entities and gateway clients (subentries) in ``subentry_flows``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from homeassistant.config_entries import (
     ConfigEntry,
@@ -96,6 +96,10 @@ def model_selector(models: tuple[str, ...]) -> SelectSelector:
     )
 
 
+URL_EXAMPLE: Final = {"example_url": "http://192.168.1.20:11434"}
+"""The example the URL field's description shows (strings carry no URL: hassfest's rule)."""
+
+
 class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     """Add an LLM server: URL (and API key), detection, then the model to serve."""
 
@@ -151,7 +155,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 STEP_USER_SCHEMA, user_input
             ),
             errors=errors,
-            description_placeholders={CONF_URL: self._url},
+            description_placeholders={CONF_URL: self._url, **URL_EXAMPLE},
         )
 
     async def async_step_model(
@@ -209,6 +213,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             CONF_URL: entry.data[CONF_URL],
             "kind": server_profile(kind).name,
             "found": "",
+            **URL_EXAMPLE,
         }
         if user_input is not None:
             probed, errors = await self._async_probe(user_input)

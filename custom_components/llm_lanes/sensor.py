@@ -224,6 +224,16 @@ SERVER_SENSORS: tuple[ServerSensorDescription, ...] = (
         value_fn=lambda state: _percent(state.metrics.kv_cache_usage),
     ),
     ServerSensorDescription(
+        # llama.cpp's /slots (llama-server --slots): the slots processing a request now, as the
+        # server counts them (a request sent past LLM Lanes counts too).
+        key="slots_busy",
+        translation_key="slots_busy",
+        state_class=SensorStateClass.MEASUREMENT,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        exists_fn=lambda state: state.metrics.slots_busy is not None,
+        value_fn=lambda state: state.metrics.slots_busy,
+    ),
+    ServerSensorDescription(
         key="loaded_model",
         translation_key="loaded_model",
         value_fn=_loaded_model,

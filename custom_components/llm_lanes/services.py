@@ -203,7 +203,9 @@ def _refuse_unless_fits(
         lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
     )
     if breach is not None and breach.limit == "max_output_tokens":
-        raise validation_error(breach.translation_key, **breach.placeholders)
+        # Named as the caller named it (the action's field is max_tokens).
+        named = breach.naming(ATTR_MAX_TOKENS)
+        raise validation_error(named.translation_key, **named.placeholders)
     context = entry.runtime_data.server.context_per_slot
     if context is not None and prompt_tokens + output_tokens > context:
         raise validation_error(

@@ -97,10 +97,17 @@ async def test_develop_keeps_what_the_ui_makes(
     config = await conf_util.async_hass_config_yaml(hass)
     assert {"automation", "script", "scene"} <= set(config)
     assert (tmp_path / "automations.yaml").read_text() == "[]\n"
-    blueprint = (
-        tmp_path / "blueprints/automation/llm_lanes/llm_slow_pause_background.yaml"
-    )
-    assert blueprint.is_file()
+    # Found as Home Assistant's blueprint loader finds them (a glob, which follows no link),
+    # beside the examples Home Assistant puts in a folder it makes.
+    found = {
+        str(path.relative_to(tmp_path / "blueprints/automation"))
+        for path in (tmp_path / "blueprints/automation").glob("**/*.yaml")
+    }
+    assert {
+        "llm_lanes/llm_slow_pause_background.yaml",
+        "llm_lanes/nightly_digest_to_phone.yaml",
+        "homeassistant/motion_light.yaml",
+    } <= found
 
     (tmp_path / "automations.yaml").write_text(
         "- id: '1'\n  alias: Made in the UI\n  triggers: []\n  actions: []\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from homeassistant.core import HomeAssistant, callback
@@ -13,7 +14,10 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.llm_lanes.const import EVENT_REQUEST_FINISHED
-from custom_components.llm_lanes.coordinator import REFRESH_COOLDOWN_S
+from custom_components.llm_lanes.coordinator import (
+    IDLE_REFRESH_INTERVAL,
+    REFRESH_COOLDOWN_S,
+)
 from custom_components.llm_lanes.core.lanes import Lane
 from tools.simulator.server import SimConfig
 
@@ -188,3 +192,26 @@ async def test_unload_stops_refreshing(
     assert events == []
     assert activity.data is last
     assert activity._unsub_timer is None  # noqa: SLF001 - the timer must be gone
+
+
+async def test_an_idle_server_writes_nothing(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The idle timer's snapshots say nothing new: no state is written, no debug line logged.
+
+    ``scripts/develop`` logs the integration at DEBUG; it used to print a line every 10 s.
+    """
+    activity = init_integration.runtime_data.activity
+    before = activity.data
+    caplog.set_level(logging.DEBUG, logger="custom_components.llm_lanes")
+    for _ in range(3):
+        await async_flush_snapshots(hass, seconds=IDLE_REFRESH_INTERVAL.total_seconds())
+    assert activity.data is before
+    assert "Manually updated" not in caplog.text
+
+    await async_generate(init_integration)
+    await async_flush_snapshots(hass)
+    assert activity.data is not before
+    assert activity.data.finished_total == before.finished_total + 1

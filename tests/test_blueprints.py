@@ -13,8 +13,14 @@ from typing import Any
 from homeassistant.components.automation.config import AUTOMATION_BLUEPRINT_SCHEMA
 from homeassistant.components.blueprint import Blueprint
 from homeassistant.components.recorder import Recorder
-from homeassistant.const import ATTR_ENTITY_ID, ATTR_UNIT_OF_MEASUREMENT, STATE_UNKNOWN
+from homeassistant.const import (
+    ATTR_DEVICE_CLASS,
+    ATTR_ENTITY_ID,
+    ATTR_UNIT_OF_MEASUREMENT,
+    STATE_UNKNOWN,
+)
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import entity_registry as er
 from homeassistant.setup import async_setup_component
 from homeassistant.util.yaml import load_yaml_dict
 import pytest
@@ -84,6 +90,52 @@ async def _automation_from(
     assert state is not None
     assert state.state == "on", state.attributes
     return state.entity_id
+
+
+def _offered(hass: HomeAssistant, selector_filter: dict[str, Any]) -> set[str]:
+    """Return the entities an entity selector's filter offers, as the frontend filters them.
+
+    An entity is offered when its integration, domain and device class (the state's attribute)
+    are those the filter names (``integration``, ``domain``, ``device_class``).
+    """
+    registry = er.async_get(hass)
+    offered = set()
+    for state in hass.states.async_all():
+        entry = registry.async_get(state.entity_id)
+        if (
+            (entry is not None and entry.platform == selector_filter["integration"])
+            and state.domain in _as_list(selector_filter.get("domain", state.domain))
+            and state.attributes.get(ATTR_DEVICE_CLASS)
+            in _as_list(
+                selector_filter.get(
+                    "device_class", state.attributes.get(ATTR_DEVICE_CLASS)
+                )
+            )
+        ):
+            offered.add(state.entity_id)
+    return offered
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+async def test_the_switch_picker_offers_only_background_paused(
+    hass: HomeAssistant, init_integration: MockConfigEntry
+) -> None:
+    """Of a server's switches (Background paused, Jobs paused), the input offers the first."""
+    blueprint = load_yaml_dict(BLUEPRINTS / PAUSE)["blueprint"]
+    (selector_filter,) = blueprint["input"]["background_switch"]["selector"]["entity"][
+        "filter"
+    ]
+    entry = init_integration
+    assert _offered(hass, selector_filter) == {
+        entity_id_for(hass, entry, "switch", "background_paused")
+    }
+    # Without its device class, Jobs paused would be offered too.
+    assert entity_id_for(hass, entry, "switch", "jobs_paused") in _offered(
+        hass, {key: selector_filter[key] for key in ("integration", "domain")}
+    )
 
 
 async def test_llm_slow_pauses_background_until_it_recovers(

@@ -26,6 +26,7 @@ from homeassistant.helpers.dispatcher import async_dispatcher_connect
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.llm_lanes.config_flow import URL_EXAMPLE
 from custom_components.llm_lanes.const import (
     CONF_KIND,
     CONF_LANE,
@@ -101,10 +102,18 @@ async def test_user_flow_creates_entry_with_agents(
     assert entry.unique_id == f"llama_cpp@127.0.0.1:{sim.port}"
     assert entry.title == f"llama.cpp on 127.0.0.1 ({sim_config.model})"
     assert sorted((s.subentry_type, s.title) for s in entry.subentries.values()) == [
-        (SUBENTRY_AI_TASK, "llama.cpp on 127.0.0.1 AI Task"),
-        (SUBENTRY_CONVERSATION, "llama.cpp on 127.0.0.1 conversation"),
+        (SUBENTRY_AI_TASK, "llama.cpp on 127.0.0.1"),
+        (SUBENTRY_CONVERSATION, "llama.cpp on 127.0.0.1"),
     ]
     await hass.async_block_till_done()
+    # Their devices are named after the server, their entities say what they are.
+    for entity_id, name in (
+        ("conversation.llama_cpp_on_127_0_0_1_conversation", "Conversation"),
+        ("ai_task.llama_cpp_on_127_0_0_1_ai_task", "AI Task"),
+    ):
+        state = hass.states.get(entity_id)
+        assert state is not None
+        assert state.name == f"llama.cpp on 127.0.0.1 {name}"
     assert await hass.config_entries.async_unload(entry.entry_id)
 
 
@@ -154,7 +163,7 @@ async def test_two_servers_can_be_told_apart(
             hass, entries[1], SUBENTRY_CONVERSATION
         )
         name = next(key for key in result["data_schema"].schema if key == CONF_NAME)
-        assert name.default() == f"llama.cpp on 127.0.0.1:{second.port} conversation"
+        assert name.default() == f"llama.cpp on 127.0.0.1:{second.port}"
         for entry in entries:
             assert await hass.config_entries.async_unload(entry.entry_id)
 
@@ -221,7 +230,10 @@ async def test_user_flow_errors_then_recovers(
         assert result["errors"] == errors, user_input
         if errors == {"base": "cannot_connect"}:
             # The error names the URL tried (and says what to check there).
-            assert result["description_placeholders"] == {CONF_URL: closed}
+            assert result["description_placeholders"] == {
+                CONF_URL: closed,
+                **URL_EXAMPLE,
+            }
 
     result = await hass.config_entries.flow.async_configure(
         flow_id, {CONF_URL: sim.url}
@@ -333,7 +345,7 @@ async def test_reconfigure_moves_the_server(
         assert entry.title == f"llama.cpp on 127.0.0.1:{moved.port} ({model})"
         assert set(entry.subentries) == subentry_ids
         assert {s.title for s in entry.subentries.values()} == {
-            f"llama.cpp on 127.0.0.1:{moved.port} conversation",
+            f"llama.cpp on 127.0.0.1:{moved.port}",
             "Kitchen tasks",
         }
         # Reloaded once, from the update listener, for the three changes.
@@ -372,8 +384,8 @@ async def test_reconfigure_moves_a_server_with_a_client(
         await _async_move(hass, entry, moved.url)
         titles = {s.subentry_type: s.title for s in entry.subentries.values()}
         assert titles == {
-            SUBENTRY_CONVERSATION: "llama.cpp on 127.0.0.1 conversation",
-            SUBENTRY_AI_TASK: "llama.cpp on 127.0.0.1 AI Task",
+            SUBENTRY_CONVERSATION: "llama.cpp on 127.0.0.1",
+            SUBENTRY_AI_TASK: "llama.cpp on 127.0.0.1",
             SUBENTRY_CLIENT: "Open WebUI",
         }
         found = find_client(hass, api_key)
@@ -413,6 +425,7 @@ async def test_reconfigure_refuses_another_kind_or_a_configured_server(
             CONF_URL: ollama.url,
             "kind": "llama.cpp",
             "found": "Ollama",
+            **URL_EXAMPLE,
         }
 
         result = await hass.config_entries.flow.async_configure(

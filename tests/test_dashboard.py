@@ -9,7 +9,7 @@ from homeassistant.helpers import entity_registry as er
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 from pytest_homeassistant_custom_component.typing import WebSocketGenerator
 
-from custom_components.llm_lanes.core.lanes import LANES
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 
 from .support.entities import async_flush_snapshots, entity_id_for
 from .support.requests import async_generate
@@ -74,18 +74,29 @@ async def test_view_shows_what_a_new_server_has(
         entity_id_for(hass, entry, "binary_sensor", "server_reachable"),
         entity_id_for(hass, entry, "switch", "background_paused"),
     ]
-    # Only voice's TTFT p95 starts enabled; a note names the figures left out.
-    ttft, note = cards["Latency per lane"]  # no ITL graph: every ITL p95 is disabled
-    assert ttft["type"] == "history-graph"
+    # The foreground lanes' TTFT and ITL p95 start enabled. The request ran in the automation
+    # lane, whose figures are disabled: the graphs show what is enabled, filling as requests
+    # come, and the note names the figures left out.
+    ttft, itl, note = cards["Latency per lane"]
+    assert ttft["type"] == itl["type"] == "history-graph"
     assert ttft["entities"] == [
         {
             "entity": _sensor(hass, entry, "voice_ttft_p95"),
             "name": "Voice time to first token p95",
-        }
+        },
+        {
+            "entity": _sensor(hass, entry, "interactive_ttft_p95"),
+            "name": "Interactive time to first token p95",
+        },
+    ]
+    assert _ids(itl) == [
+        _sensor(hass, entry, "voice_itl_p95"),
+        _sensor(hass, entry, "interactive_itl_p95"),
     ]
     assert note["type"] == "markdown"
-    assert "Interactive time to first token p95" in note["content"]
-    assert "Voice inter-token latency p95" in note["content"]
+    assert "Automation time to first token p95" in note["content"]
+    assert "Background inter-token latency p95" in note["content"]
+    assert "Settings" in note["content"]
 
     history, goodput, served_per_day, served = cards["Load"]
     assert _ids(history) == [
@@ -141,6 +152,43 @@ async def test_view_follows_enabled_and_renamed_entities(
     ]
     assert _ids(itl) == [_sensor(hass, entry, f"{lane.key}_itl_p95") for lane in LANES]
     assert len(_ids(_cards(view)["Load"][0])) == 6
+
+
+async def test_latency_graphs_show_the_lanes_with_data(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    hass_ws_client: WebSocketGenerator,
+) -> None:
+    """After typed chats (interactive), voice's empty figures leave the latency graphs."""
+    entry = init_integration
+    await async_generate(entry, lane=Lane.INTERACTIVE, requester="user:someone")
+    await async_flush_snapshots(hass)
+
+    (view,) = (await _dashboard(hass_ws_client))["views"]
+    ttft, itl, _note = _cards(view)["Latency per lane"]
+    assert _ids(ttft) == [_sensor(hass, entry, "interactive_ttft_p95")]
+    assert _ids(itl) == [_sensor(hass, entry, "interactive_itl_p95")]
+    state = hass.states.get(_sensor(hass, entry, "interactive_ttft_p95"))
+    assert state is not None
+    assert float(state.state) > 0
+
+
+async def test_only_an_admin_is_told_to_enable_figures(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    hass_ws_client: WebSocketGenerator,
+    hass_read_only_access_token: str,
+) -> None:
+    """The note points to Settings, which only an admin can open: a user gets the graphs alone."""
+    client = await hass_ws_client(hass, hass_read_only_access_token)
+    await client.send_json_auto_id({"type": "llm_lanes/dashboard"})
+    response = await client.receive_json()
+    assert response["success"], response
+    (view,) = response["result"]["views"]
+    latency = _cards(view)["Latency per lane"]
+    assert [card["type"] for card in latency] == ["history-graph", "history-graph"]
+    admin_view = (await _dashboard(hass_ws_client))["views"][0]
+    assert _cards(admin_view)["Latency per lane"][-1]["type"] == "markdown"
 
 
 async def test_one_server_or_none(

@@ -13,10 +13,13 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import (
+    CONF_MODEL,
     DOMAIN,
     OPT_BACKGROUND_PAUSED,
     OPT_MAX_SEQUENCES,
     OPT_POLICY,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.core.errors import SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import Lane
@@ -26,6 +29,7 @@ from custom_components.llm_lanes.jobs.store import storage_key
 from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entities import async_set_options
+from .support.entries import async_set_up, server_entry
 from .support.requests import async_call_action
 
 
@@ -136,3 +140,62 @@ async def test_remove_entry_forgets_its_jobs(
     assert await hass.config_entries.async_remove(entry.entry_id)
     await hass.async_block_till_done()
     assert storage_key(entry.entry_id) not in hass_storage
+
+
+async def test_entries_before_1_2_get_agents_named_after_their_server(
+    hass: HomeAssistant,
+    ha_core: HomeAssistant,
+    sim: SimulatedServer,
+    sim_config: SimConfig,
+) -> None:
+    """Default titles of 1.1 ("… conversation", "… AI Task") lose their suffix; others stay."""
+    kind = sim_config.kind
+    subentries: list[dict[str, Any]] = [
+        {
+            "subentry_type": subentry_type,
+            "data": {CONF_MODEL: sim_config.model},
+            "title": title,
+            "unique_id": None,
+        }
+        for subentry_type, title in (
+            (SUBENTRY_CONVERSATION, "llama.cpp on 127.0.0.1 conversation"),
+            (SUBENTRY_AI_TASK, f"llama.cpp on 127.0.0.1:{sim.port} AI Task"),
+            (SUBENTRY_CONVERSATION, "Kitchen helper"),
+        )
+    ]
+    entry = server_entry(
+        sim.url,
+        kind,
+        model=sim_config.model,
+        minor_version=1,
+        subentries_data=subentries,
+    )
+    await async_set_up(hass, entry)
+    assert entry.minor_version == 2
+    assert sorted(s.title for s in entry.subentries.values()) == [
+        "Kitchen helper",
+        "llama.cpp on 127.0.0.1",
+        f"llama.cpp on 127.0.0.1:{sim.port}",
+    ]
+    names = {
+        state.name
+        for state in hass.states.async_all(["conversation", "ai_task"])
+        if state.entity_id != "conversation.home_assistant"
+    }
+    assert names == {
+        "Kitchen helper",
+        "llama.cpp on 127.0.0.1 Conversation",
+        f"llama.cpp on 127.0.0.1:{sim.port} AI Task",
+    }
+
+
+async def test_a_newer_entry_is_not_set_up(
+    hass: HomeAssistant,
+    ha_core: HomeAssistant,
+    sim: SimulatedServer,
+    sim_config: SimConfig,
+) -> None:
+    """An entry of a later major version (a downgrade) is left alone."""
+    entry = server_entry(sim.url, sim_config.kind, model=sim_config.model, version=2)
+    await async_set_up(hass, entry, loaded=False)
+    assert entry.state is ConfigEntryState.MIGRATION_ERROR

@@ -294,6 +294,9 @@ RE_URL = re.compile(
     r"[a-z0-9]+([\-\.]{1}[a-z0-9]+)*\.[a-z]{2,5}(:[0-9]{1,5})?(\/.*)?)",
     re.IGNORECASE,
 )
+RE_ANY_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S", re.IGNORECASE)
+"""Stricter than the pattern above, which lets an IP address through (``http://192.168.1.20``):
+hassfest's rule is that strings carry no URL at all, a description placeholder does."""
 RE_PLACEHOLDER_IN_SINGLE_QUOTES = re.compile(r"'{\w+}'")
 RE_COMBINED_REFERENCE = re.compile(r"(.+\[%)|(%\].+)")
 RE_HTML = re.compile(r"<[a-z/!][^>]*>", re.IGNORECASE)
@@ -323,7 +326,7 @@ def _translation_problems(value: str) -> list[str]:
         problems.append("a combined reference")
     if value != value.strip():
         problems.append("surrounding spaces")
-    if RE_URL.search(value):
+    if RE_URL.search(value) or RE_ANY_URL.search(value):
         problems.append("a URL")
     return problems
 
@@ -336,10 +339,15 @@ def test_translation_check_finds_what_hassfest_refuses() -> None:
         "surrounding spaces",
     ]
     assert _translation_problems("<b>{url}</b>") == ["HTML"]
-    assert _translation_problems("Base URL, e.g. http://192.168.1.20:11434") == []
+    assert _translation_problems("Base URL, e.g. http://192.168.1.20:11434") == [
+        "a URL"
+    ]
+    assert _translation_problems("Base URL, e.g. {example_url}") == []
 
 
-@pytest.mark.parametrize("name", ["strings.json", "translations/en.json"])
+@pytest.mark.parametrize(
+    "name", ["strings.json", "translations/en.json", "translations/fr.json"]
+)
 def test_translations_pass_hassfest(name: str) -> None:
     """Every string of the files hassfest validates passes its value rules."""
     problems = {

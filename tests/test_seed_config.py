@@ -1,20 +1,27 @@
-"""scripts/develop's entry is the one the config flow makes for the same server."""
+"""scripts/develop's entry is the one the config flow makes for the same server; Assist uses it.
+
+Also what ``scripts/develop`` puts in a config folder besides: the files its configuration.yaml
+includes (automations made in the UI, from the blueprints too, are kept) and the blueprints.
+"""
 
 from __future__ import annotations
 
 import copy
+import importlib
+from pathlib import Path
 from typing import Any
 
-from homeassistant import config_entries
+from homeassistant import config as conf_util, config_entries
 from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
+from homeassistant.setup import async_setup_component
 import pytest
 
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from tools.simulator.server import SimConfig, SimulatedServer
 
-from .support.scripts import load_script
+from .support.scripts import SCRIPTS, load_script
 
 
 def _shape(entry: dict[str, Any]) -> dict[str, Any]:
@@ -39,8 +46,13 @@ async def test_develop_seeds_the_entry_the_flow_makes(
     sim_config: SimConfig,
 ) -> None:
     """Title, data and the default agent and AI Task entity are the user flow's."""
-    said = await load_script("seed_config").seed_entry(hass, sim.url)
-    assert said == f"created llama.cpp on 127.0.0.1 ({sim_config.model}) for {sim.url}"
+    seed_config = load_script("seed_config")
+    said = await seed_config.seed_entry(hass, sim.url)
+    agent = "conversation.llama_cpp_on_127_0_0_1_conversation"
+    assert said == (
+        f"created llama.cpp on 127.0.0.1 ({sim_config.model}) for {sim.url}, "
+        f"Assist answered by {agent}"
+    )
     seeded = copy.deepcopy(hass_storage[config_entries.STORAGE_KEY]["data"])
     (entry,) = [e for e in seeded["entries"] if e["domain"] == DOMAIN]
 
@@ -56,4 +68,52 @@ async def test_develop_seeds_the_entry_the_flow_makes(
     assert result["type"] is FlowResultType.CREATE_ENTRY
     await hass.async_block_till_done()
     assert _shape(entry) == _shape(result["result"].as_dict())
+    # Assist's preferred assistant answers with the agent the entry makes.
+    pipelines = hass_storage["assist_pipeline.pipelines"]["data"]
+    (preferred,) = [
+        item for item in pipelines["items"] if item["id"] == pipelines["preferred_item"]
+    ]
+    assert preferred["conversation_engine"] == agent
+    state = hass.states.get(agent)
+    assert state is not None
+    assert state.name == "llama.cpp on 127.0.0.1 Conversation"
+    # Assistants Home Assistant keeps already are left as they are.
+    assert not await seed_config.seed_assist(hass, "conversation.other")
     assert await hass.config_entries.async_unload(result["result"].entry_id)
+
+
+async def test_develop_keeps_what_the_ui_makes(
+    hass: HomeAssistant, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configuration.yaml includes automations, scripts and scenes, in files made for them.
+
+    An automation made in the UI (from a blueprint too) is written to automations.yaml, which
+    Home Assistant then loads; the blueprints are where *Settings → Blueprints* lists them.
+    """
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    instance = importlib.import_module("dev_instance").DevInstance(tmp_path)
+    instance.prepare()
+    hass.config.config_dir = str(tmp_path)
+    config = await conf_util.async_hass_config_yaml(hass)
+    assert {"automation", "script", "scene"} <= set(config)
+    assert (tmp_path / "automations.yaml").read_text() == "[]\n"
+    # Found as Home Assistant's blueprint loader finds them (a glob, which follows no link),
+    # beside the examples Home Assistant puts in a folder it makes.
+    found = {
+        str(path.relative_to(tmp_path / "blueprints/automation"))
+        for path in (tmp_path / "blueprints/automation").glob("**/*.yaml")
+    }
+    assert {
+        "llm_lanes/llm_slow_pause_background.yaml",
+        "llm_lanes/nightly_digest_to_phone.yaml",
+        "homeassistant/motion_light.yaml",
+    } <= found
+
+    (tmp_path / "automations.yaml").write_text(
+        "- id: '1'\n  alias: Made in the UI\n  triggers: []\n  actions: []\n"
+    )
+    assert await async_setup_component(
+        hass, "automation", await conf_util.async_hass_config_yaml(hass)
+    )
+    await hass.async_block_till_done()
+    assert hass.states.get("automation.made_in_the_ui") is not None

@@ -118,7 +118,7 @@ async def test_sensor_metadata(
 ) -> None:
     """Names, classes and units; tuning figures start disabled, the rest enabled.
 
-    Of the time-to-first-token p95 sensors only voice's is on (what a household notices).
+    Of the latency p95 sensors the foreground lanes' are on (what a household notices).
     """
     entry = init_integration
 
@@ -151,13 +151,17 @@ async def test_sensor_metadata(
     assert "voice_ttft_p50" in disabled
     assert "background_itl_p95" in disabled
     assert "prompt_tokens_per_second" in disabled
+    # The foreground lanes' TTFT and ITL p95 are on (the dashboard graphs them), the others off.
     assert {
-        "interactive_ttft_p95",
         "automation_ttft_p95",
         "background_ttft_p95",
+        "automation_itl_p95",
     } <= disabled
     assert {
         "voice_ttft_p95",
+        "interactive_ttft_p95",
+        "voice_itl_p95",
+        "interactive_itl_p95",
         "queue_depth",
         "in_flight",
         "goodput",

@@ -1,8 +1,9 @@
 """Who may do what: real admin and non-admin users of Home Assistant's test harness.
 
 A non-admin is charged as themself whatever ``requester`` they give, sees and cancels only their
-own jobs, and may neither apply a benchmark's settings nor force one outside the quiet hours. An
-admin, and a call without a user (an automation), may do all of it.
+own jobs, and may neither apply a benchmark's settings nor force one outside the quiet hours, nor
+change a setting through the server's controls (numbers, select, switches): the settings are an
+admin's, as the options. An admin, and a call without a user (an automation), may do all of it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,10 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from homeassistant.auth.const import GROUP_ID_USER
+from homeassistant.components.number import ATTR_VALUE, SERVICE_SET_VALUE
+from homeassistant.components.select import ATTR_OPTION, SERVICE_SELECT_OPTION
+from homeassistant.const import ATTR_ENTITY_ID, SERVICE_TURN_ON
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.exceptions import ServiceValidationError, Unauthorized, UnknownUser
 from homeassistant.setup import async_setup_component
@@ -17,15 +22,29 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry, MockUser
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
+from custom_components.llm_lanes.const import (
+    OPT_BACKGROUND_PAUSED,
+    OPT_BACKGROUND_SHARE,
+    OPT_MAX_SEQUENCES,
+    OPT_POLICY,
+)
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import JobStatus
 
-from .support.entities import async_call_entity_action, async_set_options
+from .support.entities import async_call_entity_action, async_set_options, entity_id_for
 from .support.requests import async_call_action, finished_requests
 
 
 def _as(user: MockUser) -> Context:
     return Context(user_id=user.id)
+
+
+@pytest.fixture
+async def hass_user(hass: HomeAssistant, hass_admin_user: MockUser) -> MockUser:
+    """Return a user of Home Assistant's *Users* group: may control entities, is no admin."""
+    group = await hass.auth.async_get_group(GROUP_ID_USER)
+    assert group is not None
+    return MockUser(groups=[group]).add_to_hass(hass)
 
 
 @pytest.fixture
@@ -65,6 +84,68 @@ async def test_a_non_admin_may_not_change_settings_through_a_benchmark(
             hass, "run_benchmark", _as(hass_admin_user), **data, apply=True
         )
     assert err.value.translation_key == "outside_quiet_hours"
+
+
+CONTROLS = [
+    ("number", OPT_MAX_SEQUENCES, SERVICE_SET_VALUE, {ATTR_VALUE: 1}),
+    ("number", OPT_BACKGROUND_SHARE, SERVICE_SET_VALUE, {ATTR_VALUE: 50}),
+    ("select", OPT_POLICY, SERVICE_SELECT_OPTION, {ATTR_OPTION: "fifo"}),
+    ("switch", OPT_BACKGROUND_PAUSED, SERVICE_TURN_ON, {}),
+    ("switch", "jobs_paused", SERVICE_TURN_ON, {}),
+]
+"""Every control of a server: platform, key, action and its data (each changes a setting)."""
+
+
+async def _control(
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    control: tuple[str, str, str, dict[str, Any]],
+    context: Context | None,
+) -> None:
+    platform, key, action, data = control
+    await hass.services.async_call(
+        platform,
+        action,
+        {ATTR_ENTITY_ID: entity_id_for(hass, entry, platform, key), **data},
+        blocking=True,
+        context=context,
+    )
+    await hass.async_block_till_done()
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=lambda c: f"{c[0]}.{c[1]}")
+async def test_only_an_admin_changes_settings_through_the_controls(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    hass_user: MockUser,
+    hass_admin_user: MockUser,
+    control: tuple[str, str, str, dict[str, Any]],
+) -> None:
+    """A user who may control entities but is no admin is refused, translated; nothing changes.
+
+    An admin's change and an automation's (no user) go through, as in the options flow.
+    """
+    entry = init_integration
+    manager = entry.runtime_data.jobs
+    options, settings = dict(entry.options), entry.runtime_data.scheduler.settings
+
+    with pytest.raises(Unauthorized) as err:
+        await _control(hass, entry, control, _as(hass_user))
+    assert err.value.translation_domain == "llm_lanes"
+    assert err.value.translation_key == "admin_only"
+    assert "Only an administrator" in str(err.value)
+    assert dict(entry.options) == options
+    assert entry.runtime_data.scheduler.settings is settings
+    assert not manager.paused
+
+    await _control(hass, entry, control, _as(hass_admin_user))
+    assert dict(entry.options) != options or manager.paused
+
+    hass.config_entries.async_update_entry(entry, options=options)
+    manager.set_paused(False)
+    await hass.async_block_till_done()
+    await _control(hass, entry, control, None)
+    assert dict(entry.options) != options or manager.paused
 
 
 async def test_a_non_admin_is_charged_as_themself(

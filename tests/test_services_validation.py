@@ -195,6 +195,9 @@ async def test_generate_refuses_a_prompt_over_its_lane(
     assert err.value.translation_key == "limit_exceeded"
     assert err.value.translation_placeholders is not None
     assert err.value.translation_placeholders["maximum"] == "64"
+    # The caller's field, not the lane limit's name (max_output_tokens).
+    assert err.value.translation_placeholders["limit"] == "max_tokens"
+    assert err.value.translation_placeholders["message"].startswith("max_tokens of 100")
     assert sim.requests_seen == []
 
 

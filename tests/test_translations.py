@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from custom_components.llm_lanes.calibration import APPLIED_SETTINGS
 from custom_components.llm_lanes.core.errors import LanesError
 
 from .support.scripts import load_script
@@ -91,6 +92,18 @@ def _raised_translation_keys() -> set[str]:
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 keys.add(key.value)
     return keys
+
+
+@pytest.mark.parametrize("name", ["strings.json", "translations/fr.json"])
+def test_run_benchmark_apply_names_every_setting_it_writes(name: str) -> None:
+    """The ``apply`` field says what it writes: each option's name, as the options flow has it."""
+    strings = json.loads((PACKAGE / name).read_text(encoding="utf-8"))
+    labels = strings["options"]["step"]["init"]["data"]
+    text = strings["services"]["run_benchmark"]["fields"]["apply"]["description"]
+    for option in APPLIED_SETTINGS:
+        # The label without its unit: "Prefill budget (tokens)" is "prefill budget" in the text.
+        label = labels[option].split(" (")[0].lower()
+        assert label in text.lower(), (option, label)
 
 
 def test_every_error_raised_to_a_user_is_translated() -> None:

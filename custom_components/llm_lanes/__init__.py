@@ -36,6 +36,10 @@ from custom_components.llm_lanes.entity import (
     options_applied_signal,
     server_device_info,
 )
+from custom_components.llm_lanes.entry_defaults import (
+    NAMED_SUBENTRY_TYPES,
+    legacy_subentry_titles,
+)
 from custom_components.llm_lanes.gateway import async_register_gateway
 from custom_components.llm_lanes.gateway.clients import client_quotas
 from custom_components.llm_lanes.jobs.manager import JobManager
@@ -72,6 +76,30 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     await async_setup_dashboard(hass)
     async_register_gateway(hass)
     hass.http.register_view(CurvePlotView())
+    return True
+
+
+async def async_migrate_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> bool:
+    """Bring an entry made by an older version up to date (a newer one is refused).
+
+    1.1 → 1.2: agents and AI Task entities that still have their default titles ("llama.cpp on
+    nas conversation") are named after their server alone; their entities say what they are.
+    """
+    if entry.version > 1:
+        return False
+    if entry.minor_version < 2:
+        kind = ServerKind(entry.data[CONF_KIND])
+        for subentry in entry.subentries.values():
+            if subentry.subentry_type not in NAMED_SUBENTRY_TYPES:
+                continue
+            legacy = legacy_subentry_titles(
+                subentry.subentry_type, kind, entry.data[CONF_URL]
+            )
+            if subentry.title in legacy:
+                hass.config_entries.async_update_subentry(
+                    entry, subentry, title=legacy[subentry.title]
+                )
+        hass.config_entries.async_update_entry(entry, minor_version=2)
     return True
 
 

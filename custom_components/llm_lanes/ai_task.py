@@ -28,6 +28,7 @@ class LLMLanesTaskEntity(ai_task.AITaskEntity, LLMLanesSubentryEntity):
     """Generates data for automations through the server's scheduler."""
 
     _attr_supported_features = ai_task.AITaskEntityFeature.GENERATE_DATA
+    name_key = "ai_task"
 
     async def _async_generate_data(
         self,

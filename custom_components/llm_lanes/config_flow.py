@@ -7,7 +7,7 @@ AI Task entities and gateway clients (subentries) in ``subentry_flows``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from homeassistant.config_entries import (
     ConfigEntryState,
@@ -52,7 +52,7 @@ from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_p
 from custom_components.llm_lanes.core.errors import AuthError, BackendError
 from custom_components.llm_lanes.core.slot_context import is_small
 from custom_components.llm_lanes.entry_defaults import (
-    SUBENTRY_NAME_SUFFIXES,
+    NAMED_SUBENTRY_TYPES,
     default_names,
     default_subentries,
     entry_title,
@@ -98,10 +98,16 @@ def model_selector(models: tuple[str, ...]) -> SelectSelector:
     )
 
 
+URL_EXAMPLE: Final = {"example_url": "http://192.168.1.20:11434"}
+"""The example the URL field's description shows (strings carry no URL: hassfest's rule)."""
+
+
 class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
     """Add an LLM server: URL (and API key), detection, then the model to serve."""
 
     VERSION = 1
+    MINOR_VERSION = 2
+    """1.2: agents and AI Task entities are named after their server alone (``entry_defaults``)."""
 
     def __init__(self) -> None:
         """Start with nothing probed."""
@@ -152,7 +158,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 STEP_USER_SCHEMA, user_input
             ),
             errors=errors,
-            description_placeholders={CONF_URL: self._url},
+            description_placeholders={CONF_URL: self._url, **URL_EXAMPLE},
         )
 
     async def async_step_model(
@@ -242,6 +248,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             CONF_URL: entry.data[CONF_URL],
             "kind": server_profile(kind).name,
             "found": "",
+            **URL_EXAMPLE,
         }
         if user_input is not None:
             probed, errors = await self._async_probe(user_input)
@@ -291,7 +298,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
         old = default_names(kind, entry.data[CONF_URL])
         new = server_name(kind, url, other_server_urls(self.hass, entry.entry_id))
         for subentry in entry.subentries.values():
-            if subentry.subentry_type not in SUBENTRY_NAME_SUFFIXES:
+            if subentry.subentry_type not in NAMED_SUBENTRY_TYPES:
                 continue
             if subentry.title in {
                 subentry_name(subentry.subentry_type, name) for name in old

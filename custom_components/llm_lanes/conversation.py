@@ -52,6 +52,7 @@ class LLMLanesConversationEntity(
     """An Assist agent backed by the server's scheduler."""
 
     _attr_supports_streaming = True
+    name_key = "conversation"
 
     def __init__(self, entry: LLMLanesConfigEntry, subentry: ConfigSubentry) -> None:
         """Offer home control when the agent has an LLM API."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -465,7 +465,8 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
     """Holds the latest scheduler snapshot of one server, taken at most once a second.
 
     The first snapshot is the set-up's refresh; every later one is pushed
-    (``async_set_updated_data``) by one debouncer, which a finished request and the timer call.
+    (``async_set_updated_data``) by one debouncer, which a finished request and the timer call,
+    when it differs from the last one in more than the time it was taken.
     """
 
     def __init__(
@@ -502,7 +503,17 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
 
     @callback
     def _async_push_snapshot(self) -> None:
-        self.async_set_updated_data(self._take_snapshot())
+        """Push a new snapshot, unless it says what the last one said (an idle server's timer).
+
+        Nothing is written then: no entity state, and no "Manually updated" debug line every
+        idle refresh.
+        """
+        snapshot = self._take_snapshot()
+        if self.data is not None and replace(snapshot, taken_at=self.data.taken_at) == (
+            self.data
+        ):
+            return
+        self.async_set_updated_data(snapshot)
 
     @callback
     def _take_snapshot(self) -> SchedulerSnapshot:

@@ -8,8 +8,11 @@ in the dashboard's menu turns it into cards the user can edit.
 
 Each view shows, per lane, time to first token and inter-token latency over the last day, queue
 depth and sequences in flight, goodput, the requests each lane served, tokens per requester per
-day and tonight's jobs. Figures that start disabled (the other lanes' TTFT p95, every ITL p95)
-are left out, and a note names them, until the user enables them.
+day and tonight's jobs. The latency graphs show the lanes that have served requests (all lanes
+until one has, or when none of those has its figure enabled). Figures that start disabled (the
+background lanes' TTFT and ITL p95, the per-lane queues) are left out until enabled; an admin's
+view has a note that names them and says where to enable them (a user who is not an admin
+cannot open that page, and gets no such note).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import probatio
 
 from custom_components.llm_lanes.const import DOMAIN, OPT_BACKGROUND_PAUSED
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
-from custom_components.llm_lanes.core.lanes import LANES
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.requesters import requester_sensor_prefix
 
 WS_TYPE: Final = "llm_lanes/dashboard"
@@ -61,17 +64,19 @@ def websocket_dashboard(
     connection: ActiveConnection,
     msg: dict[str, Any],
 ) -> None:
-    """Send the dashboard of every loaded server, or of the one asked for."""
+    """Send the dashboard of every loaded server, or of the one asked for, to the asking user."""
     entries: list[LLMLanesConfigEntry] = [
         entry
         for entry in hass.config_entries.async_loaded_entries(DOMAIN)
         if msg.get("config_entry_id") in (None, entry.entry_id)
     ]
-    connection.send_result(msg["id"], dashboard_config(hass, entries))
+    connection.send_result(
+        msg["id"], dashboard_config(hass, entries, admin=connection.user.is_admin)
+    )
 
 
 def dashboard_config(
-    hass: HomeAssistant, entries: list[LLMLanesConfigEntry]
+    hass: HomeAssistant, entries: list[LLMLanesConfigEntry], *, admin: bool = True
 ) -> dict[str, Any]:
     """Build the dashboard: one view per server (a view that says how to add one without any)."""
     if not entries:
@@ -93,7 +98,8 @@ def dashboard_config(
     return {
         "title": "LLM Lanes",
         "views": [
-            server_view(hass, entry, index) for index, entry in enumerate(entries)
+            server_view(hass, entry, index, admin=admin)
+            for index, entry in enumerate(entries)
         ],
     }
 
@@ -106,6 +112,7 @@ class _Entities:
     """One server's entities, found by the key their unique id ends with, as rows of cards."""
 
     def __init__(self, hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None:
+        self._hass = hass
         self._registry = er.async_get(hass)
         self._entry = entry
         self.disabled: list[str] = []
@@ -133,6 +140,35 @@ class _Entities:
     def sensors(self, keys: list[str]) -> list[Row]:
         """Return the enabled sensors of these keys, in order."""
         return [row for key in keys if (row := self.get(Platform.SENSOR, key))]
+
+    def lane_sensors(self, figure: str) -> list[Row]:
+        """Return one figure's enabled sensors of the lanes with data, in lane order.
+
+        A lane has data once it has served a request (its *requests served*, kept across
+        restarts). Until one has, or when none of those has the figure enabled, the figure's
+        enabled sensors of every lane are returned: a graph that fills as requests come.
+        """
+        rows = {
+            lane: row
+            for lane in LANES
+            if (row := self.get(Platform.SENSOR, f"{lane.key}_{figure}"))
+        }
+        with_data = [row for lane, row in rows.items() if self._served_requests(lane)]
+        return with_data or list(rows.values())
+
+    def _entity_id(self, key: str) -> str | None:
+        return self._registry.async_get_entity_id(
+            Platform.SENSOR, DOMAIN, f"{self._entry.entry_id}_{key}"
+        )
+
+    def _served_requests(self, lane: Lane) -> bool:
+        """Whether the lane has served a request (its *requests served* is above 0)."""
+        entity_id = self._entity_id(f"{lane.key}_requests_served")
+        state = self._hass.states.get(entity_id) if entity_id else None
+        try:
+            return state is not None and float(state.state) > 0
+        except ValueError:  # unknown, unavailable
+            return False
 
     def requester_sensors(self) -> list[Row]:
         """Return the enabled token sensors of the requesters, by name."""
@@ -198,9 +234,13 @@ def _tiles(rows: list[Row | None]) -> list[dict[str, Any]]:
 
 
 def server_view(
-    hass: HomeAssistant, entry: LLMLanesConfigEntry, index: int = 0
+    hass: HomeAssistant,
+    entry: LLMLanesConfigEntry,
+    index: int = 0,
+    *,
+    admin: bool = True,
 ) -> dict[str, Any]:
-    """Build the view of one server (a *sections* view)."""
+    """Build the view of one server (a *sections* view), for an admin or another user."""
     entities = _Entities(hass, entry)
     latency = _latency_section(entities)
     sections = [
@@ -210,8 +250,9 @@ def server_view(
         _tokens_section(entities),
         _jobs_section(entities),
     ]
-    # Once every section has looked its entities up: the disabled ones are all known.
-    if entities.disabled:
+    # Once every section has looked its entities up: the disabled ones are all known. Only an
+    # admin may enable them (Settings → Entities).
+    if entities.disabled and admin:
         latency["cards"].append(_disabled_note(entities.disabled))
     return {
         "type": "sections",
@@ -241,17 +282,11 @@ def _now_section(entities: _Entities) -> dict[str, Any]:
 
 
 def _latency_section(entities: _Entities) -> dict[str, Any]:
-    """Each lane's time to first token and inter-token latency (p95) over the last day."""
+    """Graph the lanes' time to first token and inter-token latency (p95) over the last day."""
     return _section(
         "Latency per lane",
-        _history(
-            "Time to first token p95",
-            entities.sensors([f"{lane.key}_ttft_p95" for lane in LANES]),
-        ),
-        _history(
-            "Inter-token latency p95",
-            entities.sensors([f"{lane.key}_itl_p95" for lane in LANES]),
-        ),
+        _history("Time to first token p95", entities.lane_sensors("ttft_p95")),
+        _history("Inter-token latency p95", entities.lane_sensors("itl_p95")),
     )
 
 

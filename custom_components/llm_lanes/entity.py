@@ -28,6 +28,7 @@ from homeassistant.helpers.update_coordinator import (
 )
 from yarl import URL
 
+from custom_components.llm_lanes.authorization import async_require_admin
 from custom_components.llm_lanes.chat import async_run_chat_log
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import (
@@ -38,6 +39,7 @@ from custom_components.llm_lanes.coordinator import (
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.entry_defaults import default_names
 from custom_components.llm_lanes.jobs.manager import JobManager
 
 
@@ -145,7 +147,8 @@ class ActivityEntity(LLMLanesEntity[ActivityCoordinator]):
 class SchedulerSettingEntity(ServerEntity):
     """A control that shows one scheduler setting and stores changes in the entry options.
 
-    Its description's key is the option it is stored under. The entry's update listener applies
+    Its description's key is the option it is stored under; only an admin (or an automation)
+    may change it, as the options. The entry's update listener applies
     stored options to the scheduler at once (``async_apply_options``), then signals it
     (``options_applied_signal``), so this entity shows every change of its setting, its own and
     the options flow's.
@@ -169,8 +172,13 @@ class SchedulerSettingEntity(ServerEntity):
             )
         )
 
-    def _store_option(self, value: Any) -> None:
-        """Store the setting under its option (the description's key); the listener applies it."""
+    async def _async_store_option(self, value: Any) -> None:
+        """Store the setting under its option (the description's key); the listener applies it.
+
+        Admins only, as the options flow (``authorization``): a user who is not an admin is
+        refused and nothing changes.
+        """
+        await async_require_admin(self.hass, self._context, entity_id=self.entity_id)
         self.hass.config_entries.async_update_entry(
             self.entry,
             options={**self.entry.options, self.entity_description.key: value},
@@ -192,13 +200,30 @@ class JobEntity(ServerEntity):
 
 
 class LLMLanesSubentryEntity(ServerEntity):
-    """An entity of one subentry (its own device, via the server's), sending through its scheduler."""
+    """An entity of one subentry (its own device, via the server's), sending through its scheduler.
 
-    _attr_name = None
+    The device is named after the subentry. A subentry named after its server (the default,
+    "llama.cpp on nas") has its entity say what it is (``name_key``: "Conversation", "AI Task",
+    translated); one the user named ("Kitchen helper") is that name alone.
+    """
+
+    name_key: str
+    """The translation key naming the entity (``entity.<platform>.<name_key>.name``)."""
 
     def __init__(self, entry: LLMLanesConfigEntry, subentry: ConfigSubentry) -> None:
-        """Name the entity after its subentry."""
-        super().__init__(entry, EntityDescription(key=subentry.subentry_id))
+        """Put the entity on its subentry's device; name it by what it is, or by the device."""
+        named_after_server = subentry.title in default_names(
+            ServerKind(entry.data[CONF_KIND]), entry.data[CONF_URL]
+        )
+        super().__init__(
+            entry,
+            EntityDescription(
+                key=subentry.subentry_id,
+                translation_key=self.name_key if named_after_server else None,
+            ),
+        )
+        if not named_after_server:
+            self._attr_name = None
         self.subentry = subentry
         # A device belongs to one subentry, so each agent gets its own device, linked to the
         # server's device (``via_device_id``).

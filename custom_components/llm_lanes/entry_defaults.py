@@ -1,10 +1,12 @@
 """What a new server entry is called and holds, unless the user says otherwise.
 
 Names carry the server's host, so that two servers of the same kind and model, their agents and
-their entity ids can be told apart: the entry "llama.cpp on 192.168.1.20 (qwen3:8b)", its agent
-"llama.cpp on 192.168.1.20 conversation" (``conversation.llama_cpp_on_192_168_1_20_conversation``).
-The config flow and ``scripts/develop``'s seeding build new entries with these; existing entries
-keep the titles they have.
+their entity ids can be told apart: the entry "llama.cpp on 192.168.1.20 (qwen3:8b)"; its agent and
+AI Task entity are subentries named after the server, "llama.cpp on 192.168.1.20" (their devices'
+names), whose entities say what they are, translated: "Conversation", "AI Task"
+(``conversation.llama_cpp_on_192_168_1_20_conversation``); a subentry the user named is named
+that alone. The config flow and
+``scripts/develop``'s seeding build new entries with these; titles the user gave stay.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from homeassistant.config_entries import ConfigSubentryData
 from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import llm
+from homeassistant.util import slugify
 
 from custom_components.llm_lanes.const import (
     CONF_LLM_HASS_API,
@@ -26,10 +29,18 @@ from custom_components.llm_lanes.const import (
 )
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
 
-SUBENTRY_NAME_SUFFIXES: dict[str, str] = {
+NAMED_SUBENTRY_TYPES: frozenset[str] = frozenset(
+    {SUBENTRY_CONVERSATION, SUBENTRY_AI_TASK}
+)
+"""Subentries named after their server by default (a new one's title, a moved server's)."""
+LEGACY_SUBENTRY_SUFFIXES: dict[str, str] = {
     SUBENTRY_CONVERSATION: "conversation",
     SUBENTRY_AI_TASK: "AI Task",
 }
+"""What the default titles of entries made before minor version 2 added to the server's name."""
+AGENT_OBJECT_ID_NAME = "Conversation"
+"""The English name of an agent's entity (``entity.conversation.conversation``), which its
+entity id is made of."""
 
 
 def _host(url: str) -> str:
@@ -72,8 +83,27 @@ def entry_title(name: str, model: str) -> str:
 
 
 def subentry_name(subentry_type: str, name: str) -> str:
-    """Name an agent or AI Task entity after its server, e.g. "llama.cpp on nas AI Task"."""
-    return f"{name} {SUBENTRY_NAME_SUFFIXES[subentry_type]}"
+    """Name a new agent or AI Task entity (its device) after its server, e.g. "llama.cpp on nas".
+
+    Its entity adds what it is ("Conversation", "AI Task", in the user's language).
+    """
+    return name
+
+
+def legacy_subentry_titles(
+    subentry_type: str, kind: ServerKind, url: str
+) -> dict[str, str]:
+    """Map the default titles of a subentry of the server at ``url`` before 1.2 to their names.
+
+    Such a title was the server's name (with or without the port) and a suffix.
+    """
+    suffix = LEGACY_SUBENTRY_SUFFIXES[subentry_type]
+    return {f"{name} {suffix}": name for name in default_names(kind, url)}
+
+
+def default_agent_entity_id(name: str) -> str:
+    """Return the entity id a new server named ``name`` gives its agent (none taken before)."""
+    return f"conversation.{slugify(f'{name} {AGENT_OBJECT_ID_NAME}')}"
 
 
 def default_subentries(name: str, model: str) -> list[ConfigSubentryData]:

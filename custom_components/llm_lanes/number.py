@@ -84,4 +84,4 @@ class SettingNumber(SchedulerSettingEntity, NumberEntity):
 
     async def async_set_native_value(self, value: float) -> None:
         """Store the new value in the options; the options listener applies it."""
-        self._store_option(self.entity_description.to_option(value))
+        await self._async_store_option(self.entity_description.to_option(value))

@@ -39,4 +39,4 @@ class PolicySelect(SchedulerSettingEntity, SelectEntity):
 
     async def async_select_option(self, option: str) -> None:
         """Store the new policy in the options; the options listener applies it."""
-        self._store_option(Policy(option).value)
+        await self._async_store_option(Policy(option).value)

@@ -98,8 +98,10 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
     """Describe the latency and queue sensors of one lane.
 
     Each is named by one translation per figure with the lane's name as a placeholder; its key
-    (and so its unique id) is the lane's key and the figure's. Voice TTFT p95 (an urgent lane's)
-    is what a household notices; the other figures are for tuning, so they start disabled.
+    (and so its unique id) is the lane's key and the figure's. The foreground lanes' TTFT p95 and
+    ITL p95 (voice, and the typed chats and gateway clients of interactive) are what a household
+    notices, and what the dashboard graphs; the other figures are for tuning, so they start
+    disabled.
     """
 
     def latency(
@@ -120,8 +122,8 @@ def _lane_descriptions(lane: Lane) -> tuple[ActivitySensorDescription, ...]:
 
     return (
         latency("ttft_p50", lambda s: s.ttft_p50_s, enabled=False),
-        latency("ttft_p95", lambda s: s.ttft_p95_s, enabled=lane.urgent),
-        latency("itl_p95", lambda s: s.itl_p95_s, enabled=False),
+        latency("ttft_p95", lambda s: s.ttft_p95_s, enabled=lane.foreground),
+        latency("itl_p95", lambda s: s.itl_p95_s, enabled=lane.foreground),
         latency("e2e_p95", lambda s: s.e2e_p95_s, enabled=False),
         ActivitySensorDescription(
             key=f"{lane.key}_queue_depth",
@@ -222,6 +224,16 @@ SERVER_SENSORS: tuple[ServerSensorDescription, ...] = (
         entity_category=EntityCategory.DIAGNOSTIC,
         exists_fn=lambda state: state.metrics.kv_cache_usage is not None,
         value_fn=lambda state: _percent(state.metrics.kv_cache_usage),
+    ),
+    ServerSensorDescription(
+        # llama.cpp's /slots (llama-server --slots): the slots processing a request now, as the
+        # server counts them (a request sent past LLM Lanes counts too).
+        key="slots_busy",
+        translation_key="slots_busy",
+        state_class=SensorStateClass.MEASUREMENT,
+        entity_category=EntityCategory.DIAGNOSTIC,
+        exists_fn=lambda state: state.metrics.slots_busy is not None,
+        value_fn=lambda state: state.metrics.slots_busy,
     ),
     ServerSensorDescription(
         key="loaded_model",

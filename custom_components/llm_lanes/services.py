@@ -12,7 +12,7 @@ Who may do what: a call without a user (an automation, a script it runs, Home As
 or by an admin may do everything. A non-admin user is always charged as themself (a ``requester``
 they give is ignored: the response says who was charged), sees and cancels only their own jobs,
 and may not ``apply`` a benchmark's settings or ``force`` one outside the quiet hours
-(``Unauthorized``).
+(``authorization``: the settings are an admin's, as the options).
 """
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ from homeassistant.core import (
     SupportsResponse,
     callback,
 )
-from homeassistant.exceptions import Unauthorized, UnknownUser
 from homeassistant.util import dt as dt_util
 import probatio
 
+from custom_components.llm_lanes.authorization import (
+    async_caller,
+    async_require_admin,
+    is_restricted,
+)
 from custom_components.llm_lanes.calibration import async_calibrate
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
@@ -137,22 +141,12 @@ def _job_managers(call: ServiceCall) -> list[JobManager]:
 
 async def _async_user(call: ServiceCall) -> User | None:
     """Return the user who made the call (None: an automation, a script, Home Assistant)."""
-    if not (user_id := call.context.user_id):
-        return None
-    user = await call.hass.auth.async_get_user(user_id)
-    if user is None:
-        raise UnknownUser(context=call.context)
-    return user
-
-
-def _restricted(user: User | None) -> bool:
-    """Whether the caller is a user who is not an admin (see the module docstring)."""
-    return user is not None and not user.is_admin
+    return await async_caller(call.hass, call.context)
 
 
 def _may_see(user: User | None, job: Job) -> bool:
     """Whether the caller may list and cancel ``job``."""
-    return not _restricted(user) or (user is not None and job.user_id == user.id)
+    return not is_restricted(user) or (user is not None and job.user_id == user.id)
 
 
 async def _async_requester(
@@ -169,7 +163,7 @@ async def _async_requester(
     else the user or automation that called, else ``default``. A given or named requester is
     kept only if the server keeps it (``RequesterRegistry``), else it is ``other``.
     """
-    if user is not None and _restricted(user):
+    if user is not None and is_restricted(user):
         return user_requester(user.id)
     asked: str | None = call.data.get(ATTR_REQUESTER) or named
     if asked is not None:
@@ -193,7 +187,9 @@ def _refuse_unless_fits(
         lane, prompt_tokens=prompt_tokens, output_tokens=output_tokens
     )
     if breach is not None and breach.limit == "max_output_tokens":
-        raise validation_error(breach.translation_key, **breach.placeholders)
+        # Named as the caller named it (the action's field is max_tokens).
+        named = breach.naming(ATTR_MAX_TOKENS)
+        raise validation_error(named.translation_key, **named.placeholders)
     context = entry.runtime_data.server.context_per_slot
     if not fits(prompt_tokens, output_tokens, context):
         raise validation_error(
@@ -256,11 +252,10 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
     than the current settings (``core.bench.calibrate.decide``); ``verdict_reason`` says why not.
     """
     entry = _entry(call)
-    if (call.data[ATTR_APPLY] or call.data[ATTR_FORCE]) and _restricted(
-        await _async_user(call)
-    ):
-        raise Unauthorized(context=call.context)
-    jobs = entry.runtime_data.jobs.settings
+    if call.data[ATTR_APPLY] or call.data[ATTR_FORCE]:
+        await async_require_admin(call.hass, call.context)
+    runtime = entry.runtime_data
+    jobs = runtime.jobs.settings
     # The calibration loads the server for minutes: by default only in the quiet hours.
     if not call.data[ATTR_FORCE] and not jobs.in_window(dt_util.now()):
         raise validation_error(

@@ -6,13 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from homeassistant.config_entries import (
-    SOURCE_RECONFIGURE,
     ConfigEntryState,
     ConfigSubentryFlow,
     SubentryFlowResult,
 )
 from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
-import probatio
 
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, CONF_ROTATE_KEY
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
@@ -26,7 +24,7 @@ from custom_components.llm_lanes.flow_schemas import (
     client_schema,
     subentry_schema,
 )
-from custom_components.llm_lanes.gateway.clients import base_urls, new_api_key
+from custom_components.llm_lanes.gateway.clients import key_placeholders, new_api_key
 
 
 class LLMLanesSubentryFlow(ConfigSubentryFlow):
@@ -82,59 +80,44 @@ class LLMLanesSubentryFlow(ConfigSubentryFlow):
 
 
 class LLMLanesClientFlow(ConfigSubentryFlow):
-    """Add or change a gateway client: its lane and limits, and its key (shown once)."""
+    """Add or change a gateway client: its lane and limits, and its key (shown once).
 
-    def __init__(self) -> None:
-        """Start with nothing chosen."""
-        self._title = ""
-        self._data: dict[str, Any] = {}
+    The client is stored as soon as its form is submitted, and its key is shown in the result
+    (the *Created* dialog of a new client, the closing message of a key made anew), with the base
+    URLs Home Assistant is reached at: closing that dialog, with its X or not, loses nothing but
+    the chance to copy the key (*Reconfigure* makes a new one).
+    """
 
     async def async_step_user(
         self, user_input: dict[str, Any] | None = None
     ) -> SubentryFlowResult:
-        """Name the client and choose its lane and limits; a key is made for it."""
+        """Name the client and choose its lane and limits; it is added with a new key."""
         if user_input is not None:
-            self._title = user_input[CONF_NAME]
-            self._data = {**client_data(user_input), CONF_API_KEY: new_api_key()}
-            return await self.async_step_key()
+            api_key = new_api_key()
+            return self.async_create_entry(
+                title=user_input[CONF_NAME],
+                data={**client_data(user_input), CONF_API_KEY: api_key},
+                description="key",
+                description_placeholders=key_placeholders(self.hass, api_key),
+            )
         return self.async_show_form(step_id="user", data_schema=client_schema(None))
 
     async def async_step_reconfigure(
         self, user_input: dict[str, Any] | None = None
     ) -> SubentryFlowResult:
-        """Change the client's lane and limits; rotate its key if asked."""
+        """Change the client's lane and limits; make it a new key if asked (shown once)."""
+        entry = self._get_entry()
         subentry = self._get_reconfigure_subentry()
-        if user_input is not None:
-            self._data = {
-                **client_data(user_input),
-                CONF_API_KEY: subentry.data[CONF_API_KEY],
-            }
-            if user_input.get(CONF_ROTATE_KEY):
-                self._data[CONF_API_KEY] = new_api_key()
-                return await self.async_step_key()
-            return self.async_update_and_abort(
-                self._get_entry(), subentry, data=self._data
+        if user_input is None:
+            return self.async_show_form(
+                step_id="reconfigure", data_schema=client_schema(subentry.data)
             )
-        return self.async_show_form(
-            step_id="reconfigure", data_schema=client_schema(subentry.data)
-        )
-
-    async def async_step_key(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Show the key, once, with the two base URLs; the key is kept when this step is done."""
-        if user_input is not None:
-            if self.source == SOURCE_RECONFIGURE:
-                return self.async_update_and_abort(
-                    self._get_entry(), self._get_reconfigure_subentry(), data=self._data
-                )
-            return self.async_create_entry(title=self._title, data=self._data)
-        api_key = self._data[CONF_API_KEY]
-        return self.async_show_form(
-            step_id="key",
-            data_schema=probatio.Schema({}),
-            description_placeholders={
-                "api_key": api_key,
-                **base_urls(self.hass, api_key),
-            },
+        data = {**client_data(user_input), CONF_API_KEY: subentry.data[CONF_API_KEY]}
+        if not user_input.get(CONF_ROTATE_KEY):
+            return self.async_update_and_abort(entry, subentry, data=data)
+        data[CONF_API_KEY] = new_api_key()
+        self.hass.config_entries.async_update_subentry(entry, subentry, data=data)
+        return self.async_abort(
+            reason="key_rotated",
+            description_placeholders=key_placeholders(self.hass, data[CONF_API_KEY]),
         )

@@ -32,6 +32,7 @@ from typing import Any
 import urllib.error
 import urllib.request
 
+from homeassistant.components import automation as automation_component
 import seed_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +43,8 @@ EXPECTED = re.compile(
     r"WARNING \(\w+\) \[homeassistant\.loader\] We found a custom integration llm_lanes "
     r"which has not been tested by Home Assistant\."
 )
+UI_FILES = {"automations.yaml": "[]\n", "scripts.yaml": "", "scenes.yaml": ""}
+"""What the UI writes to (automations, scripts, scenes), created empty as Home Assistant does."""
 CHECK_USER = {"name": "Check", "username": "check", "password": "check-password"}
 
 
@@ -96,15 +99,42 @@ class DevInstance:
         """The Home Assistant process (started last)."""
         return self._processes[-1]
 
-    def start(self) -> None:
-        """Prepare the folder, start the simulator, seed the storage, start Home Assistant."""
+    def prepare(self) -> None:
+        """Fill the config folder with what Home Assistant and LLM Lanes need to start.
+
+        configuration.yaml (unless the folder has one), the files it includes, a link to the
+        repository's integration and a copy of its blueprints.
+        """
         self.config_dir.mkdir(parents=True, exist_ok=True)
         if not (self.config_dir / "configuration.yaml").exists():
             shutil.copy(CONFIG_YAML, self.config_dir / "configuration.yaml")
+        # What configuration.yaml includes, as Home Assistant's default configuration starts them.
+        for name, empty in UI_FILES.items():
+            if not (self.config_dir / name).exists():
+                (self.config_dir / name).write_text(empty)
         link = self.config_dir / "custom_components" / "llm_lanes"
         link.parent.mkdir(exist_ok=True)
         if not link.is_symlink():
             link.symlink_to(REPO / "custom_components" / "llm_lanes")
+        # The blueprints, copied at each start where Settings → Blueprints finds them (Home
+        # Assistant does not follow a linked folder there). Home Assistant adds its own examples
+        # only to a folder it creates: they are copied first, as it would.
+        automation_blueprints = self.config_dir / "blueprints" / "automation"
+        if not automation_blueprints.exists():
+            shutil.copytree(
+                Path(automation_component.__file__).parent / "blueprints",
+                automation_blueprints / "homeassistant",
+            )
+        ours = automation_blueprints / "llm_lanes"
+        if ours.is_symlink():  # an older develop linked them
+            ours.unlink()
+        shutil.copytree(
+            REPO / "blueprints" / "automation" / "llm_lanes", ours, dirs_exist_ok=True
+        )
+
+    def start(self) -> None:
+        """Prepare the folder, start the simulator, seed the storage, start Home Assistant."""
+        self.prepare()
 
         say(f"simulated LLM server on {self.sim_url} ({self.sim_slots} slots)")
         with (self.config_dir / "simulator.log").open("wb") as sim_log:

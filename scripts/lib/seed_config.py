@@ -1,6 +1,6 @@
 """Write what ``scripts/develop`` stores in a config folder before Home Assistant starts.
 
-All three go through Home Assistant's own storage classes, in the format it loads at start:
+All four go through Home Assistant's own storage classes, in the format it loads at start:
 
 - the HTTP server (host and port): Home Assistant 2026.10 keeps it in ``.storage/http`` (what
   *Settings → System → Network* edits) and raises a repair for an ``http:`` block in YAML;
@@ -11,7 +11,9 @@ All three go through Home Assistant's own storage classes, in the format it load
   server at that URL, after asking it what it is with the integration's own probe (the config
   flow's check). When the folder already holds the entry made for the simulator (same kind and
   model, on this machine), only its URL is brought up to date (the simulator may run on another
-  port this time).
+  port this time);
+- with the entry made, Assist's preferred assistant using its conversation agent (the pipeline's
+  ``conversation_engine``), unless Home Assistant already keeps assistants in this folder.
 
     python scripts/lib/seed_config.py CONFIG_DIR HTTP_PORT [URL]
 """
@@ -26,6 +28,13 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from homeassistant import config_entries
+from homeassistant.components.assist_pipeline.pipeline import (
+    STORAGE_KEY as PIPELINE_STORAGE_KEY,
+    STORAGE_VERSION as PIPELINE_STORAGE_VERSION,
+    STORAGE_VERSION_MINOR as PIPELINE_STORAGE_VERSION_MINOR,
+    Pipeline,
+    PipelineStore,
+)
 from homeassistant.components.http.config import HTTP_STORAGE_SCHEMA, HTTPConfigStore
 from homeassistant.components.http.const import (
     CONF_IP_BAN_ENABLED,
@@ -41,6 +50,7 @@ from homeassistant.components.onboarding.const import STEP_CORE_CONFIG
 from homeassistant.const import CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.storage import Store
+from homeassistant.util import ulid as ulid_util
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -48,6 +58,7 @@ from custom_components.llm_lanes.backend_setup import probe_server  # noqa: E402
 from custom_components.llm_lanes.config_flow import LLMLanesConfigFlow  # noqa: E402
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN  # noqa: E402
 from custom_components.llm_lanes.entry_defaults import (  # noqa: E402
+    default_agent_entity_id,
     default_subentries,
     entry_title,
     server_name,
@@ -143,7 +154,44 @@ async def seed_entry(hass: HomeAssistant, url: str) -> str:
     )
     stored["entries"].append(entry.as_dict())
     await store.async_save(stored)
-    return f"created {entry.title} for {url}"
+    agent = default_agent_entity_id(name)
+    assist = f", Assist answered by {agent}" if await seed_assist(hass, agent) else ""
+    return f"created {entry.title} for {url}{assist}"
+
+
+async def seed_assist(hass: HomeAssistant, agent: str) -> bool:
+    """Make Assist's preferred assistant use ``agent``, unless assistants are stored already.
+
+    The assistant is the one Home Assistant would make on its first start ("Home Assistant", no
+    speech engines in this configuration) but for its conversation agent. Return whether it was
+    written.
+    """
+    store = PipelineStore(
+        hass,
+        PIPELINE_STORAGE_VERSION,
+        PIPELINE_STORAGE_KEY,
+        minor_version=PIPELINE_STORAGE_VERSION_MINOR,
+    )
+    if await store.async_load() is not None:
+        return False
+    pipeline = Pipeline(
+        conversation_engine=agent,
+        conversation_language="en",
+        language="en",
+        name="Home Assistant",
+        stt_engine=None,
+        stt_language=None,
+        tts_engine=None,
+        tts_language=None,
+        tts_voice=None,
+        wake_word_entity=None,
+        wake_word_id=None,
+        id=ulid_util.ulid_now(),
+    )
+    await store.async_save(
+        {"items": [pipeline.to_json()], "preferred_item": pipeline.id}
+    )
+    return True
 
 
 async def seed(config_dir: Path, http_port: int, url: str | None) -> None:

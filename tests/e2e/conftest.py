@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+import re
 import shutil
 import sys
 
@@ -33,13 +34,22 @@ CHROMIUM_ARGS = [
 ]
 # A slow CI machine starts Home Assistant's frontend and its first flows in seconds, not in 30.
 TIMEOUT_MS = 60_000
+LANGUAGE_CHANGE = re.compile(
+    r"WARNING \(MainThread\) \[homeassistant\.helpers\.translation\] Failed to load "
+    r"integration for translation: Invalid domain \w+\.\w+$"
+)
+"""Home Assistant's own warning, once per entity platform loaded (``backup.event``,
+``homeassistant.scene``, ours), when the server's language changes while it runs: its
+translation cache asks for every loaded component, platforms included. The French step does
+that; nothing of ours to fix."""
 
 
 @pytest.fixture
 def home_assistant(tmp_path: Path, socket_enabled: None) -> Iterator[DevInstance]:
     """Home Assistant on a free port, in a fresh config folder, not onboarded, no LLM Lanes entry.
 
-    After it stops, its log must hold no ERROR or WARNING line.
+    After it stops, its log must hold no ERROR or WARNING line (but Home Assistant's own
+    ``LANGUAGE_CHANGE`` warnings).
     """
     instance = DevInstance(
         tmp_path / "config",
@@ -51,7 +61,8 @@ def home_assistant(tmp_path: Path, socket_enabled: None) -> Iterator[DevInstance
     with instance.running():
         instance.wait_for_http()
         yield instance
-    assert log_problems(instance.log_path.read_text()) == []
+    problems = log_problems(instance.log_path.read_text())
+    assert [line for line in problems if not LANGUAGE_CHANGE.search(line)] == []
 
 
 @pytest.fixture

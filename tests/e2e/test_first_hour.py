@@ -1,10 +1,15 @@
-"""A newcomer's first hour, in a real browser against a real Home Assistant.
+"""A newcomer's first hour, and the first evening, in a real browser against a real Home Assistant.
 
 Onboarding (the owner account), LLM Lanes added through the UI (a wrong URL first: the error shows
 what to check), a conversation agent added as a sub-entry, Assist set to it and a typed command
-answered (the simulator answers with random words), the server's device page with the lane
-sensors' values and the server's URL, then the LLM Lanes dashboard added from *Add dashboard*
-and shown with its cards. Each step leaves a screenshot in artifacts/e2e/.
+answered (the simulator answers with random words); a gateway client added, its key dialog closed
+with its X (the client stays) and the URL and key it showed used by the real ``openai`` client;
+the server's device page with the lane sensors' values and the server's URL; an automation made
+from the *LLM slow → pause background* blueprint (its switch picker offers *Background paused*
+alone) and listed; the LLM Lanes dashboard added from *Add dashboard*, its latency graph showing
+the requests' lane with data; then a French user's device page, with the server's language English
+(names are the server's, by design), then French. Each step leaves a screenshot in
+artifacts/e2e/.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from typing import Any
 
 from dev_instance import DevInstance, free_port
+import openai
 from playwright.sync_api import Page, Response, expect
 import pytest
 
@@ -32,6 +38,11 @@ DEEP_TEXT = """el => {
 }"""
 LANE_SENSOR = re.compile(r"^Interactive requests served [1-9]")
 """The typed chat ran in the interactive lane."""
+CLIENT = "Phone app"
+CLIENT_REQUESTS = 3
+"""Chats the client sends (interactive, its lane): the dashboard's graphs have data then."""
+BLUEPRINT = "LLM slow → pause background"
+HOME_ASSISTANT = "document.querySelector('home-assistant')"
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -162,14 +173,13 @@ def first_hour(
     shot("assist-answer")
     page.keyboard.press("Escape")
 
-    # The server's device page: a lane sensor counts the chat. Its
-    # title carries the host; its agents' titles too ("llama.cpp on 127.0.0.1 conversation").
-    page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
-    page.locator(
-        "ha-list-item-button", has_text=re.compile(r"llama\.cpp on 127\.0\.0\.1 \(")
-    ).click()
+    client_url, client_key = add_client(home_assistant, page, shot)
+    ask_through_the_gateway(client_url, client_key)
+
+    # The server's device page: a lane sensor counts the chat and the client's requests. Its
+    # title carries the host.
+    open_device_page(home_assistant, page)
     rows = page.locator("ha-device-entities-card hui-generic-entity-row")
-    expect(rows.first).to_be_visible()
     lane_values = wait_for(
         lambda: [
             text
@@ -191,7 +201,107 @@ def first_hour(
         "the Server URL sensor",
     )
 
-    # The LLM Lanes dashboard, offered by the integration in Add dashboard.
+    automation_from_blueprint(home_assistant, page, shot)
+    dashboard(home_assistant, page, shot)
+    french_device_page(home_assistant, page, shot)
+
+
+def open_device_page(home_assistant: DevInstance, page: Page) -> None:
+    """Open the server's device page from the integration's page; wait for its entities."""
+    page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
+    page.locator(
+        "ha-list-item-button", has_text=re.compile(r"llama\.cpp on 127\.0\.0\.1 \(")
+    ).click()
+    expect(
+        page.locator("ha-device-entities-card hui-generic-entity-row").first
+    ).to_be_visible()
+
+
+def add_client(
+    home_assistant: DevInstance, page: Page, shot: Callable[..., None]
+) -> tuple[str, str]:
+    """Add a gateway client; return the OpenAI base URL and the key its dialog shows.
+
+    The dialog is closed with its X: the client was stored when the form was submitted.
+    """
+    page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
+    page.get_by_role("button", name="Add client").first.click()
+    page.locator("input[name=name]").fill(CLIENT)
+    step = submit(page)
+    assert step["type"] == "create_entry", step
+    blocks = page.locator("step-flow-create-entry pre code")
+    expect(blocks).to_have_count(3)  # the key, the OpenAI base URL, the Ollama host URL
+    key, openai_url, ollama_url = (block.inner_text().strip() for block in blocks.all())
+    # Where Home Assistant listens (127.0.0.1 here), not a LAN address it detected.
+    assert openai_url == f"{home_assistant.url}/api/llm_lanes/v1"
+    assert ollama_url == f"{home_assistant.url}/api/llm_lanes/ollama/{key}"
+    dialog = page.locator("step-flow-create-entry")
+    assert f"Authorization: Bearer {key}" in dialog.evaluate(DEEP_TEXT)
+    shot("client-key")
+    page.locator("dialog-data-entry-flow").get_by_role("button", name="Close").click()
+    expect(page.locator("step-flow-create-entry")).to_have_count(0)
+    # Kept, whether the dialog was closed with its X or its Finish button.
+    page.reload()
+    expect(page.get_by_text(CLIENT).first).to_be_visible()
+    return openai_url, key
+
+
+def ask_through_the_gateway(base_url: str, api_key: str) -> None:
+    """Chat through the gateway with the real ``openai`` client and what the dialog showed."""
+    with openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0) as client:
+        (model,) = [model.id for model in client.models.list()]
+        for _ in range(CLIENT_REQUESTS):
+            answer = client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": "Is the kitchen light on?"}],
+                max_tokens=8,
+            )
+            assert answer.choices[0].message.content
+
+
+def pick_entity(page: Page, picker: Any, search: str | None = None) -> list[str]:
+    """Open an entity picker; return what it offers (after ``search``) and pick the first."""
+    picker.click()
+    if search is not None:
+        page.locator("ha-picker-combo-box input").last.fill(search)
+    options = page.locator("ha-picker-combo-box ha-combo-box-item")
+    expect(options.first).to_be_visible()
+    if search is not None:
+        expect(options).to_have_count(1)
+    offered: list[str] = [option.evaluate(DEEP_TEXT) for option in options.all()]
+    options.first.click()
+    return offered
+
+
+def automation_from_blueprint(
+    home_assistant: DevInstance, page: Page, shot: Callable[..., None]
+) -> None:
+    """Make an automation from the blueprint in the UI; it is listed, and kept in its file."""
+    page.goto(f"{home_assistant.url}/config/blueprint/dashboard")
+    page.get_by_text(BLUEPRINT).first.click()
+    pickers = page.locator("ha-entity-picker")
+    expect(pickers).to_have_count(2)  # the latency sensor, the Background paused switch
+    switches = pick_entity(page, pickers.nth(1))
+    assert [option.split(" llama.cpp")[0] for option in switches] == [
+        "Background paused"
+    ]
+    pick_entity(page, pickers.nth(0), "Interactive time to first token p95")
+    shot("blueprint-automation")
+    page.get_by_role("button", name="Save").click()
+    automations = home_assistant.config_dir / "automations.yaml"
+    wait_for(
+        lambda: "llm_lanes/llm_slow_pause_background.yaml" in automations.read_text(),
+        "the automation in automations.yaml",
+    )
+    page.goto(f"{home_assistant.url}/config/automation/dashboard")
+    expect(page.locator("ha-data-table").get_by_text(BLUEPRINT)).to_be_visible()
+    shot("automations")
+
+
+def dashboard(
+    home_assistant: DevInstance, page: Page, shot: Callable[..., None]
+) -> None:
+    """Add the LLM Lanes dashboard; its cards show, its latency graph the lane with data."""
     page.goto(f"{home_assistant.url}/config/lovelace/dashboards")
     page.get_by_role("button", name="Add dashboard").click()
     page.locator("dashboard-card", has_text="LLM Lanes").click()
@@ -206,4 +316,69 @@ def first_hour(
     expect(page.locator("hui-history-graph-card").first).to_be_visible()
     expect(page.locator("hui-tile-card").first).to_be_visible()
     assert page.locator("hui-error-card").count() == 0
+    # The chats ran in the interactive lane: its time to first token is graphed, with a value
+    # (voice, which served nothing, is left out), and the graph has its history.
+    ttft = page.locator("hui-history-graph-card", has_text="Time to first token p95")
+    expect(ttft.locator("ha-chart-base canvas")).to_be_visible()
+    legend = wait_for(
+        lambda: (
+            (text := ttft.evaluate(DEEP_TEXT)) and re.search(r"\d+ ms", text) and text
+        ),
+        "a time to first token in the graph",
+    )
+    assert "Interactive time to first token p95" in legend
+    assert "Voice" not in legend
+    assert "No state history found" not in legend
     shot("dashboard", full_page=True)
+
+
+def french_device_page(
+    home_assistant: DevInstance, page: Page, shot: Callable[..., None]
+) -> None:
+    """Show a French user the device page: French around, names in the server's language.
+
+    Home Assistant names entities in the server's language (*Settings → System → General*),
+    whatever the user's: with the server in English they stay English; once it is French (and
+    the entry reloaded, as after a restart), they are French, the agents' too.
+    """
+    page.evaluate(
+        f"() => {HOME_ASSISTANT}.dispatchEvent(new CustomEvent('hass-language-select',"
+        " {detail: 'fr', bubbles: true, composed: true}))"
+    )
+    page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
+    # Our translations in the user's language: the sub-entry buttons.
+    expect(page.get_by_role("button", name="Ajouter un client").first).to_be_visible()
+    open_device_page(home_assistant, page)
+    rows = page.locator("ha-device-entities-card hui-generic-entity-row")
+    wait_for(
+        lambda: any(LANE_SENSOR.match(row.evaluate(DEEP_TEXT)) for row in rows.all()),
+        "the server's English names",
+    )
+    shot("device-page-french-user", full_page=True)
+
+    page.evaluate(
+        f"""async () => {{
+          const hass = {HOME_ASSISTANT}.hass;
+          await hass.callWS({{type: "config/core/update", language: "fr"}});
+          const [entry] = await hass.callWS({{type: "config_entries/get", domain: "llm_lanes"}});
+          await hass.callApi("POST", `config/config_entries/entry/${{entry.entry_id}}/reload`);
+        }}"""
+    )
+    open_device_page(home_assistant, page)
+    rows = page.locator("ha-device-entities-card hui-generic-entity-row")
+    wait_for(
+        lambda: any(
+            re.match(
+                r"^Requêtes servies \(Interactive\) [1-9]", row.evaluate(DEEP_TEXT)
+            )
+            for row in rows.all()
+        ),
+        "the French names",
+    )
+    names = page.evaluate(
+        f"""() => Object.values({HOME_ASSISTANT}.hass.states)
+          .filter(s => s.entity_id.startsWith("ai_task."))
+          .map(s => s.attributes.friendly_name)"""
+    )
+    assert names == ["llama.cpp on 127.0.0.1 Tâche IA"], names
+    shot("device-page-french", full_page=True)

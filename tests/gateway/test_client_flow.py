@@ -1,5 +1,8 @@
 """Client subentries: added and reconfigured in the UI, the key shown once, no reload.
 
+A client is stored as its form is submitted and its key shown in the result, with the base URLs
+Home Assistant is reached at (so closing the dialog loses nothing); those URLs work.
+
 Also what the rest of the integration shows of clients: their requester's name, their quota in
 the scheduler settings, diagnostics that list them without their key, their token sensor (gone
 with the client); and that one client's key is revoked without touching the others.
@@ -9,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+from homeassistant import config_entries
+from homeassistant.components.http import ApiConfig
 from homeassistant.const import CONF_API_KEY, CONF_NAME
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
@@ -23,6 +28,7 @@ from pytest_homeassistant_custom_component.typing import (
     ClientSessionGenerator,
     WebSocketGenerator,
 )
+from yarl import URL
 
 from custom_components.llm_lanes.const import (
     CONF_LANE,
@@ -37,7 +43,7 @@ from custom_components.llm_lanes.requesters import (
     client_requester,
 )
 from tests.support.entities import async_flush_snapshots, entity_id_for
-from tests.support.entries import FAST_SIM, MODEL, async_start_subentry_flow
+from tests.support.entries import FAST_SIM, MODEL
 from tests.support.requests import finished_requests
 
 from .conftest import Gateway
@@ -50,17 +56,21 @@ pytestmark = pytest.mark.parametrize("sim_config", [FAST_SIM], ids=["llama_cpp"]
 async def _add_client_in_the_ui(
     hass: HomeAssistant, entry: MockConfigEntry, **fields: object
 ) -> tuple[str, dict[str, str]]:
-    """Go through the add-client flow; return the new subentry's id and the key step's text."""
-    result = await async_start_subentry_flow(hass, entry, SUBENTRY_CLIENT)
+    """Go through the add-client flow; return the new subentry's id and what its result shows."""
+    result = await hass.config_entries.subentries.async_init(
+        (entry.entry_id, SUBENTRY_CLIENT),
+        context={"source": config_entries.SOURCE_USER},
+    )
+    assert result["type"] is FlowResultType.FORM
+    assert result["step_id"] == "user"
+    before = set(entry.subentries)
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_NAME: "Open WebUI", CONF_LANE: "interactive", **fields}
     )
-    assert result["type"] is FlowResultType.FORM
-    assert result["step_id"] == "key"
-    shown = dict(result["description_placeholders"] or {})
-    before = set(entry.subentries)
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    # Stored at once: the key is shown in the result, nothing is left to submit.
     assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["description"] == "key"
+    shown = dict(result["description_placeholders"] or {})
     await hass.async_block_till_done()
     (subentry_id,) = set(entry.subentries) - before
     return subentry_id, shown
@@ -108,6 +118,32 @@ async def test_add_client_shows_its_key_once_and_needs_no_reload(
         await gateway.openai(key).models.list()
 
 
+async def test_the_shown_url_is_where_home_assistant_listens(
+    hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
+) -> None:
+    """Bound to 127.0.0.1 with a LAN address detected (``scripts/develop``): 127.0.0.1 is shown.
+
+    The real ``openai`` client, given only what the dialog shows, gets an answer.
+    """
+    port = URL(gateway.url).port
+    assert port is not None
+    hass.config.api = ApiConfig(
+        local_ip="192.0.2.2", host="127.0.0.1", port=port, use_ssl=False
+    )
+    _, shown = await _add_client_in_the_ui(hass, init_integration)
+    assert shown["openai_url"] == f"http://127.0.0.1:{port}/api/llm_lanes/v1"
+    client = openai.AsyncOpenAI(
+        base_url=shown["openai_url"], api_key=shown["api_key"], max_retries=0
+    )
+    try:
+        answer = await client.chat.completions.create(
+            model=MODEL, messages=HELLO, max_tokens=3
+        )
+    finally:
+        await client.close()
+    assert answer.choices[0].message.content
+
+
 async def test_reconfigure_changes_lane_and_rotates_the_key(
     hass: HomeAssistant, gateway: Gateway, init_integration: MockConfigEntry
 ) -> None:
@@ -133,12 +169,13 @@ async def test_reconfigure_changes_lane_and_rotates_the_key(
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_LANE: "voice", CONF_ROTATE_KEY: True}
     )
-    assert result["step_id"] == "key"
-    new_key = (result["description_placeholders"] or {})["api_key"]
-    assert new_key != old_key
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
+    # Stored as the form is submitted; the closing message shows the new key.
     assert result["type"] is FlowResultType.ABORT
-    assert result["reason"] == "reconfigure_successful"
+    assert result["reason"] == "key_rotated"
+    shown = dict(result["description_placeholders"] or {})
+    new_key = shown["api_key"]
+    assert new_key != old_key
+    assert shown["ollama_url"].endswith(f"/api/llm_lanes/ollama/{new_key}")
     await hass.async_block_till_done()
     assert entry.subentries[subentry_id].data[CONF_API_KEY] == new_key
 
@@ -269,8 +306,7 @@ async def test_rotating_one_clients_key_leaves_the_others_working(
     result = await hass.config_entries.subentries.async_configure(
         result["flow_id"], {CONF_LANE: "interactive", CONF_ROTATE_KEY: True}
     )
-    result = await hass.config_entries.subentries.async_configure(result["flow_id"], {})
-    assert result["reason"] == "reconfigure_successful"
+    assert result["reason"] == "key_rotated"
     await hass.async_block_till_done()
 
     with pytest.raises(openai.AuthenticationError):

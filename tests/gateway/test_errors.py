@@ -25,7 +25,11 @@ from custom_components.llm_lanes.const import (
     OPT_QUOTA_ACTION,
     SUBENTRY_CLIENT,
 )
-from custom_components.llm_lanes.gateway.http_errors import UNAVAILABLE_RETRY_AFTER_S
+from custom_components.llm_lanes.core.errors import LimitExceededError
+from custom_components.llm_lanes.gateway.http_errors import (
+    UNAVAILABLE_RETRY_AFTER_S,
+    http_error_of,
+)
 from custom_components.llm_lanes.gateway.relay import MAX_BODY_BYTES
 from tests.support.entities import async_set_options
 from tests.support.entries import MODEL, REAL_SPEED_SIM, async_set_up, server_entry
@@ -286,3 +290,24 @@ async def test_client_of_a_server_not_set_up_is_503(
     assert down.value.status_code == 503
     assert "not available" in down.value.message
     assert down.value.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
+
+
+def test_a_lane_limit_names_the_field_the_client_set() -> None:
+    """An output limit broken through the OpenAI API names ``max_tokens``, the client's field.
+
+    (The gateway caps a client's output at its lane's limit, so only a limit that changes under
+    a request breaks it; the wording is checked here.)
+    """
+    error = http_error_of(
+        LimitExceededError(
+            lane="voice", limit="max_output_tokens", value=5000, maximum=1024
+        )
+    )
+    assert error.param == "max_tokens"
+    assert error.message.startswith("max_tokens of 5000")
+    prompt = http_error_of(
+        LimitExceededError(
+            lane="voice", limit="max_prompt_tokens", value=9000, maximum=4096
+        )
+    )
+    assert prompt.param == "messages"

@@ -49,6 +49,16 @@ class LimitExceededError(SchedulerError):
         self.value = value
         self.maximum = maximum
 
+    def naming(self, field: str) -> LimitExceededError:
+        """Return the same refusal worded with the field the caller set (``max_tokens``).
+
+        The lane's limit is ``max_output_tokens``; a caller who asked with another field's name
+        (the ``generate`` action, OpenAI's ``max_tokens``) is told that name.
+        """
+        return LimitExceededError(
+            lane=self.lane, limit=field, value=self.value, maximum=self.maximum
+        )
+
 
 class QueueFullError(SchedulerError):
     """The lane's queue holds its maximum number of waiting requests."""

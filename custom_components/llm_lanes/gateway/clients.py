@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 import hmac
+from ipaddress import ip_address
 import secrets
 from typing import Final
 
@@ -17,6 +18,7 @@ from homeassistant.config_entries import ConfigSubentry
 from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.network import NoURLAvailableError, get_url
+from yarl import URL
 
 from custom_components.llm_lanes.const import (
     CONF_LANE,
@@ -115,13 +117,41 @@ def find_client(
     return found[0], Client.of(found[1])
 
 
+def home_assistant_url(hass: HomeAssistant) -> str:
+    """Return the URL the household's apps reach Home Assistant at, as Home Assistant knows it.
+
+    Its internal URL (*Settings → System → Network*) first; else, when Home Assistant listens on
+    one address only (``server_host``, e.g. ``127.0.0.1``), that address, since the LAN address
+    it detected for itself would not answer; else what ``get_url`` finds (the detected LAN
+    address, then the external URL); ``PLACEHOLDER_URL`` when it knows none.
+    """
+    api = hass.config.api
+    if not hass.config.internal_url and api is not None and _one_address(api.host):
+        scheme = "https" if api.use_ssl else "http"
+        return str(URL.build(scheme=scheme, host=api.host, port=api.port))
+    try:
+        return get_url(hass, allow_ip=True, prefer_external=False)
+    except NoURLAvailableError:
+        return PLACEHOLDER_URL
+
+
+def _one_address(host: str) -> bool:
+    """Whether Home Assistant binds to this one address rather than to every one (``0.0.0.0``)."""
+    try:
+        return not ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return True
+
+
 def base_urls(hass: HomeAssistant, api_key: str) -> dict[str, str]:
     """Return the base URLs a client is given: OpenAI's (key in a header), Ollama's (key in it)."""
-    try:
-        host = get_url(hass, allow_ip=True, prefer_external=False)
-    except NoURLAvailableError:
-        host = PLACEHOLDER_URL
+    host = home_assistant_url(hass)
     return {
         "openai_url": f"{host}{OPENAI_PATH}",
         "ollama_url": f"{host}{OLLAMA_PATH}/{api_key}",
     }
+
+
+def key_placeholders(hass: HomeAssistant, api_key: str) -> dict[str, str]:
+    """Return what the flows show of a new key: the key and the two base URLs."""
+    return {"api_key": api_key, **base_urls(hass, api_key)}

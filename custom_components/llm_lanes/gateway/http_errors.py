@@ -121,7 +121,7 @@ def _limit_error(err: LimitExceededError) -> GatewayError:
     prompt = err.limit == "max_prompt_tokens"
     return GatewayError(
         HTTPStatus.BAD_REQUEST,
-        err.message,
+        err.message if prompt else err.naming("max_tokens").message,
         code="context_length_exceeded" if prompt else "invalid_value",
         param="messages" if prompt else "max_tokens",
     )

@@ -1,0 +1,90 @@
+"""The sensors a real llama.cpp ``llama-server`` started with ``--metrics --slots`` feeds.
+
+``--slots`` feeds *Slots busy* (the slots processing a request, as the server counts them).
+``--metrics`` would feed *KV cache usage*, but llama.cpp's current builds (the tests' b11434)
+export no KV-cache gauge any more: the sensor is not made, and this test says so when a build
+brings the gauge back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import aiohttp
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import entity_registry as er
+import pytest
+
+from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.core.lanes import Lane
+from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from tests.support.entities import state_of
+from tests.support.entries import async_set_up, server_entry
+from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.requests import async_wait_for
+
+pytestmark = pytest.mark.llamacpp
+
+
+@pytest.fixture(scope="session")
+def sensors_llama_server() -> Iterator[LlamaServer]:
+    """Run a real llama-server (``--parallel 4 --metrics --slots``) for the session."""
+    yield from session_llama_server()
+
+
+@pytest.mark.usefixtures("ha_core", "socket_enabled")
+async def test_slots_busy_from_a_real_llama_server(
+    hass: HomeAssistant, sensors_llama_server: LlamaServer
+) -> None:
+    """Slots busy is 0 while idle and counts a streaming request; no KV-cache sensor."""
+    server = sensors_llama_server
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{server.url}/metrics") as response,
+    ):
+        metrics = await response.text()
+    assert response.status == 200
+    assert "kv_cache" not in metrics, "this llama.cpp exports a KV-cache gauge again"
+
+    entry = await async_set_up(
+        hass,
+        server_entry(server.url, "llama_cpp", model=server.model_name, title="real"),
+    )
+    registry = er.async_get(hass)
+    assert (
+        registry.async_get_entity_id(
+            "sensor", DOMAIN, f"{entry.entry_id}_kv_cache_usage"
+        )
+        is None
+    )
+    assert state_of(hass, entry, "sensor", "slots_busy") == "0"
+
+    runtime = entry.runtime_data
+    answer = asyncio.create_task(
+        runtime.scheduler.generate(
+            ChatRequest(
+                model=server.model_name,
+                messages=(ChatMessage(role="user", content="Tell a long story."),),
+                max_tokens=800,
+                options={"ignore_eos": True},
+            ),
+            lane=Lane.BACKGROUND,
+            requester="job:test",
+        )
+    )
+    await async_wait_for(lambda: runtime.scheduler.snapshot().in_flight == 1)
+    seen: set[str] = set()
+    # Polled as the coordinator polls, while the answer streams (it takes about a second).
+    while not answer.done() and "1" not in seen:
+        await runtime.server.async_refresh()
+        await hass.async_block_till_done()
+        seen.add(state_of(hass, entry, "sensor", "slots_busy"))
+    assert "1" in seen
+    await answer
+    await runtime.server.async_refresh()
+    await hass.async_block_till_done()
+    assert state_of(hass, entry, "sensor", "slots_busy") == "0"
+    assert await hass.config_entries.async_unload(entry.entry_id)
+    assert entry.state is ConfigEntryState.NOT_LOADED

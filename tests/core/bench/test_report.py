@@ -13,11 +13,8 @@ from custom_components.llm_lanes.core.bench.report import (
     percentile,
     write_report,
 )
-from custom_components.llm_lanes.core.bench.runner import (
-    RequestRecord,
-    RunResult,
-    ServerDescription,
-)
+from custom_components.llm_lanes.core.bench.runner import RequestRecord, RunResult
+from custom_components.llm_lanes.core.bench.servers import ServerDescription
 from custom_components.llm_lanes.core.bench.workload import parse_scenario
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 import contextlib
 from dataclasses import dataclass
 import json
+import logging
 from pathlib import Path
 import secrets
 import sys
@@ -39,7 +40,10 @@ from custom_components.llm_lanes.core.bench.runner import (
     run_servers,
     settings_for_server,
 )
-from custom_components.llm_lanes.core.bench.servers import ServerDescription
+from custom_components.llm_lanes.core.bench.servers import (
+    ServerDescription,
+    ServerLostError,
+)
 from custom_components.llm_lanes.core.bench.sweep import (
     SweepRow,
     format_table,
@@ -52,6 +56,7 @@ from custom_components.llm_lanes.core.bench.workload import (
     builtin_scenarios,
     load_scenario,
 )
+from custom_components.llm_lanes.core.errors import BackendConnectionError
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tools.bench.servers import (
     lane_servers,
@@ -90,12 +95,20 @@ async def open_target(args: argparse.Namespace) -> AsyncIterator[Target]:
 
 
 async def wait_idle(backend: Backend, time_scale: float, limit_s: float = 60.0) -> None:
-    """Wait until the server runs nothing (between runs), at most ``limit_s``."""
+    """Wait until the server runs nothing (between runs), at most ``limit_s``.
+
+    A server that does not answer runs nothing to wait for.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s / time_scale
     while loop.time() < deadline:
-        with contextlib.suppress(Exception):
+        try:
             metrics = await backend.metrics()
+        except BackendConnectionError:
+            return
+        except Exception:  # noqa: BLE001 - a server without metrics: wait out the limit
+            pass
+        else:
             if not metrics.requests_running and not metrics.slots_busy:
                 return
         await asyncio.sleep(0.2)
@@ -477,6 +490,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return micro_main(arguments[1:])
     args = build_parser().parse_args(arguments)
+    # What the pool and the benchmark's power switches warn of (a server that did not start).
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     command = {"run": _run, "curve": _curve, "sweep": _sweep}[args.command]
     try:
         # The in-process engine runs on virtual time: a scenario of minutes in seconds, the
@@ -492,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ScenarioError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ServerLostError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

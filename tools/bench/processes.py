@@ -89,7 +89,21 @@ def process_image(pid: int) -> ProcessImage:
             env[key.decode(errors="surrogateescape")] = value.decode(
                 errors="surrogateescape"
             )
-    return ProcessImage(argv=argv, cwd=str((root / "cwd").readlink()), env=env)
+    return ProcessImage(argv=argv, cwd=_own_path(root), env=env)
+
+
+def _own_path(root: Path) -> str:
+    """Return a process's working directory as a path of this process's file system.
+
+    A process in another chroot (another ``in_env`` command) shows its paths from the host's
+    root: the part that is its root's own path is taken off; a directory that is not here is
+    replaced by this process's own.
+    """
+    cwd = str((root / "cwd").readlink())
+    own_root = str((root / "root").readlink())
+    if own_root != "/" and (cwd == own_root or cwd.startswith(f"{own_root}/")):
+        cwd = cwd[len(own_root) :] or "/"
+    return cwd if Path(cwd).is_dir() else str(Path.cwd())
 
 
 class LocalProcess:

@@ -33,6 +33,10 @@ POLL_S = 0.2
 """How often (scenario seconds) a started server is asked whether it answers."""
 
 
+class ServerLostError(RuntimeError):
+    """A server the run stopped did not answer again after it."""
+
+
 @dataclass(frozen=True, slots=True)
 class ServerDescription:
     """What a server says of itself (the ``server`` object of the report)."""
@@ -165,21 +169,18 @@ class Power:
         A server that does not answer within ``START_LIMIT_S`` stays stopped (logged, not raised:
         the run goes on without it).
         """
-        await self._start(counted=True)
+        try:
+            await self._start(counted=True)
+        except Exception:  # noqa: BLE001 - a server that does not come back is a finding
+            _LOGGER.warning("server %s did not start", self.server.name, exc_info=True)
 
     async def _start(self, *, counted: bool) -> None:
         async with self._lock:
             if self.running:
                 return
             _LOGGER.info("starting server %s", self.server.name)
-            try:
-                await self._switch.start()
-                await self._answering()
-            except Exception:  # noqa: BLE001 - a server that does not come back is a finding
-                _LOGGER.warning(
-                    "server %s did not start", self.server.name, exc_info=True
-                )
-                return
+            await self._switch.start()
+            await self._answering()
             self.running = True
             if counted:
                 self._close_off()
@@ -202,9 +203,18 @@ class Power:
         self._close_off()
 
     async def restore(self) -> None:
-        """Start the server if the run left it stopped, without counting it (after the run)."""
+        """Start the server if the run left it stopped, without counting it (after the run).
+
+        ``ServerLostError`` if it does not answer again: the runs after it would measure nothing.
+        """
         self._off_since = None
-        await self._start(counted=False)
+        try:
+            await self._start(counted=False)
+        except Exception as err:
+            raise ServerLostError(
+                f"server {self.server.name} ({self.server.backend.base_url}) did not start "
+                f"again after the run: {err}"
+            ) from err
 
     def _close_off(self) -> None:
         if self._off_since is not None:

@@ -167,13 +167,16 @@ class SlotTable:
         for index, slot in enumerate(self._slots):
             if slot.holder is not None:
                 continue
-            score = (int(index not in spare),) + self._score(
-                index,
-                slot,
-                lane,
-                keys,
-                own=previous == index and slot.last_seq == seq,
-                now=now,
+            score = (
+                int(index not in spare),
+                *self._score(
+                    index,
+                    slot,
+                    lane,
+                    keys,
+                    own=previous == index and slot.last_seq == seq,
+                    now=now,
+                ),
             )
             if best_score is None or score > best_score:
                 best, best_score = index, score

@@ -25,7 +25,9 @@ by its number, its URL and what it said of itself, and what it did over the whol
 included (``ServerTally``: requests served per lane, tokens, failovers away from it and to it,
 answers resumed there, seconds off, and the seconds down, asleep and waking as the pool saw it);
 ``failovers``, every move of a request to another server; ``resumed``, answers another server
-continued; ``failed``, requests sent after the warm-up that ended in an error (none is the aim).
+continued; ``failed``, requests sent after the warm-up that ended without an answer (an error, or
+refused: a busy server's 503, a full queue), those cut off by the end of the run excluded (none
+is the aim).
 
 matplotlib is imported only when a plot is drawn: it is a development tool, not a requirement
 of the integration.
@@ -188,7 +190,9 @@ def _servers_report(
         },
         "failovers": sum(tally.failovers_to for tally in tallies),
         "resumed": sum(tally.resumed_here for tally in tallies),
-        "failed": sum(1 for record in measured if record.outcome == "error"),
+        "failed": sum(
+            1 for record in measured if record.outcome in ("error", "rejected")
+        ),
     }
 
 

@@ -295,7 +295,7 @@ class _Run:
             for server in servers
             if int(server.name) in scenario.switches_servers
         }
-        """Raises ValueError for a server the scenario stops that cannot be stopped."""
+        """The switches of the servers the scenario stops (ValueError for one that has none)."""
         self._target: Target | None = None
         self._owner: dict[tuple[Lane, str], str] = {
             (cls.lane, requester): cls.name
@@ -406,9 +406,10 @@ class _Run:
             await self._target.close()
             for power in self.powers.values():
                 power.finish()
-        wall_s = self._loop.time() - wall_start
-        for power in self.powers.values():
-            await power.restore()
+            wall_s = self._loop.time() - wall_start
+            # The next run (or the user) finds every server as the run found it: running.
+            for power in self.powers.values():
+                await power.restore()
         return RunResult(
             scenario=self.scenario,
             policy=self.policy,

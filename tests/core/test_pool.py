@@ -171,6 +171,7 @@ def test_voice_goes_to_the_preferred_faster_box_with_its_own_model() -> None:
         assert text == words(0, 8)
         (record,) = home.finished
         assert (record.server, record.failovers, record.resumed_on) == ("gpu", 0, None)
+        assert record.path == ("gpu",)
         assert record.outcome == "ok" and record.output_tokens == 8
         assert [r.model for r in home.gpu.requests] == ["qwen3:8b"]
         assert home.mini.requests == []
@@ -270,6 +271,7 @@ def test_a_box_that_fails_before_the_first_token_passes_the_command_on() -> None
         assert await home.answer() == words(0, 8)
         record = home.finished[-1]
         assert (record.server, record.failovers, record.resumed_on) == ("mini", 1, None)
+        assert record.path == ("gpu", "mini")  # the servers its attempts went to
         assert record.outcome == "ok"
         assert home.pool.state("gpu") is ServerState.DOWN
         # While it is down nothing is sent to it.

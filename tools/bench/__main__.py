@@ -2,6 +2,8 @@
 
 scripts/bench run --server sim --scenario voice_vs_background \
         --policy direct --policy lanes --idle voice --out /tmp/bench
+scripts/bench run --server URL1 --server URL2 --scenario failover_evening \
+        --policy direct --policy lanes --idle voice --out /tmp/pool   (several servers: servers.py)
 scripts/bench sweep --server sim --scenario rag_heavy \
         --grid max_sequences=2,4,8 --grid prefill_budget=1024,8192 --out /tmp/sweep
 scripts/bench curve --server sim --out /tmp/curve   (the server's batch curve)
@@ -16,15 +18,13 @@ from collections.abc import AsyncIterator, Sequence
 import contextlib
 from dataclasses import dataclass
 import json
+import logging
 from pathlib import Path
 import secrets
 import sys
 from typing import Any
 
-import aiohttp
-
 from custom_components.llm_lanes.core.backends.base import Backend
-from custom_components.llm_lanes.core.backends.detect import connect
 from custom_components.llm_lanes.core.bench.report import (
     build_report,
     markdown_report,
@@ -37,10 +37,12 @@ from custom_components.llm_lanes.core.bench.runner import (
     BenchPolicy,
     ProgressBar,
     RunResult,
-    ServerDescription,
-    describe_server,
-    run_scenario,
+    run_servers,
     settings_for_server,
+)
+from custom_components.llm_lanes.core.bench.servers import (
+    ServerDescription,
+    ServerLostError,
 )
 from custom_components.llm_lanes.core.bench.sweep import (
     SweepRow,
@@ -54,20 +56,24 @@ from custom_components.llm_lanes.core.bench.workload import (
     builtin_scenarios,
     load_scenario,
 )
+from custom_components.llm_lanes.core.errors import BackendConnectionError
 from custom_components.llm_lanes.core.settings import SchedulerSettings
-from tools.simulator.engine import COSTS
-from tools.simulator.inprocess import EngineBackend
-from tools.simulator.options import add_sim_options, sim_config
-from tools.simulator.server import SimulatedServer
+from tools.bench.servers import (
+    lane_servers,
+    open_servers,
+    parse_server,
+    runs_on_virtual_time,
+)
+from tools.simulator.options import add_sim_options
 from tools.simulator.virtual_time import VirtualTimeLoop
 
-ENGINE = "engine"
-"""``--server engine``: the simulator's engine in-process, on virtual time."""
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+"""Scenarios of the repository only (``--scenario NAME`` finds them too)."""
 
 
 @dataclass(slots=True)
 class Target:
-    """The server under test."""
+    """The one server a ``sweep`` or ``curve`` runs against."""
 
     backend: Backend
     server: ServerDescription
@@ -76,43 +82,33 @@ class Target:
 
 @contextlib.asynccontextmanager
 async def open_target(args: argparse.Namespace) -> AsyncIterator[Target]:
-    """Start the simulator if asked, detect the server and build its client."""
-    async with contextlib.AsyncExitStack() as stack:
-        url = args.server
-        time_scale = 1.0
-        if url == ENGINE:
-            backend: Backend = EngineBackend(
-                slots=args.sim_slots,
-                chooses_slots=args.sim_kind == "llama_cpp",
-                costs=COSTS[args.sim_costs],
-            )
-            yield Target(
-                backend=backend,
-                server=await describe_server(backend, args.model),
-                time_scale=1.0,
-            )
-            return
-        if url == "sim":
-            sim = await stack.enter_async_context(
-                SimulatedServer(sim_config(args, "sim-"))
-            )
-            url = sim.url
-            time_scale = args.sim_speed
-        session = await stack.enter_async_context(
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+    """Start the simulator if asked, detect the server and build its client (one ``--server``)."""
+    if len(args.server) != 1:
+        raise ValueError(f"{args.command} runs against one --server")
+    async with open_servers(args, switched=frozenset(), logs=Path(args.out)) as fleet:
+        (server,) = fleet.servers
+        yield Target(
+            backend=server.backend,
+            server=server.description,
+            time_scale=fleet.time_scale,
         )
-        backend = await connect(session, url, api_key=args.api_key)
-        server = await describe_server(backend, args.model)
-        yield Target(backend=backend, server=server, time_scale=time_scale)
 
 
 async def wait_idle(backend: Backend, time_scale: float, limit_s: float = 60.0) -> None:
-    """Wait until the server runs nothing (between runs), at most ``limit_s``."""
+    """Wait until the server runs nothing (between runs), at most ``limit_s``.
+
+    A server that does not answer runs nothing to wait for.
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s / time_scale
     while loop.time() < deadline:
-        with contextlib.suppress(Exception):
+        try:
             metrics = await backend.metrics()
+        except BackendConnectionError:
+            return
+        except Exception:  # noqa: BLE001 - a server without metrics: wait out the limit
+            pass
+        else:
             if not metrics.requests_running and not metrics.slots_busy:
                 return
         await asyncio.sleep(0.2)
@@ -130,7 +126,10 @@ def _settings(args: argparse.Namespace, server: ServerDescription) -> SchedulerS
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
-    scenario = load_scenario(args.scenario)
+    source = args.scenario
+    if not Path(source).exists() and (SCENARIO_DIR / f"{source}.json").exists():
+        source = SCENARIO_DIR / f"{source}.json"
+    scenario = load_scenario(source)
     if args.duration is not None:
         from custom_components.llm_lanes.core.bench.calibrate import shorten  # noqa: PLC0415
 
@@ -140,30 +139,36 @@ def _scenario(args: argparse.Namespace) -> Scenario:
 
 async def _run(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
+    routes = lane_servers(args.lane_servers)
     policies: list[BenchPolicy] = args.policy or ["lanes"]
     idle = {name.strip() for name in args.idle.split(",")} if args.idle else set()
     out = Path(args.out)
     runs: list[tuple[str, Scenario, BenchPolicy]] = []
     if idle:
-        runs.append(("idle", scenario.only(idle), "direct"))
+        # The idle baseline: those classes alone on the first server, up throughout.
+        runs.append(("idle", scenario.only(idle).steady(), "direct"))
     runs += [(policy, scenario, policy) for policy in policies]
     single = len(runs) == 1
     # Fresh prompt text for every run of every invocation: a server's prompt cache must not
     # answer one run's prefill with an earlier run's identical prompts.
     salt = secrets.token_hex(4)
     results: list[tuple[str, RunResult]] = []
-    async with open_target(args) as target:
-        settings = _settings(args, target.server)
+    async with open_servers(
+        args, switched=scenario.switches_servers, logs=out
+    ) as fleet:
+        settings = [_settings(args, server.description) for server in fleet.servers]
         for label, run_scenario_, policy in runs:
-            await wait_idle(target.backend, target.time_scale)
+            servers = fleet.servers[:1] if label == "idle" else fleet.servers
+            for server in fleet.servers:
+                await wait_idle(server.backend, fleet.time_scale)
             bar = ProgressBar(run_scenario_.duration_s, label)
-            result = await run_scenario(
-                target.backend,
+            result = await run_servers(
+                servers,
                 run_scenario_,
                 policy=policy,
-                settings=settings,
-                server=target.server,
-                time_scale=target.time_scale,
+                settings=settings[: len(servers)],
+                lane_servers=None if label == "idle" else routes,
+                time_scale=fleet.time_scale,
                 prompt_scale=args.prompt_scale,
                 prompt_salt=f"{salt}:{label}:",
                 progress=bar,
@@ -174,6 +179,8 @@ async def _run(args: argparse.Namespace) -> int:
             )
             print(markdown_report(report).replace(f"policy `{policy}`", f"`{label}`"))
             results.append((label, result))
+        for line in fleet.left_running():
+            print(line)
     if not single:
         comparison = compare(
             [(label, build_report(result)) for label, result in results], idle
@@ -216,6 +223,13 @@ def compare(
             "output_tok_s": report["output_tok_s"],
             "goodput": report["goodput"],
         }
+        if "servers" in report:
+            entry["failovers"] = report["failovers"]
+            entry["failed"] = report["failed"]
+            entry["served"] = {
+                name: server["served_total"]
+                for name, server in report["servers"].items()
+            }
         for name, stats in report["classes"].items():
             cls: dict[str, Any] = {
                 "ttft_p95": stats["ttft_p95"],
@@ -235,6 +249,10 @@ def compare(
     return result
 
 
+_RUN_FIGURES = frozenset({"output_tok_s", "goodput", "failovers", "failed", "served"})
+"""The keys of a run's comparison entry that are not classes."""
+
+
 def _class_tok_s(report: dict[str, Any], name: str) -> float:
     return float(report["classes"][name]["output_tok_s"])
 
@@ -252,8 +270,16 @@ def comparison_markdown(comparison: dict[str, Any]) -> str:
         lines.append(
             f"## {label}: {entry['output_tok_s']:.0f} output tok/s, goodput {entry['goodput'] or 0:.0%}"
         )
+        if "served" in entry:
+            served = ", ".join(
+                f"server {name} {count}" for name, count in entry["served"].items()
+            )
+            lines.append(
+                f"- requests served: {served}; failovers {entry['failovers']}, "
+                f"failed {entry['failed']}"
+            )
         for name, cls in entry.items():
-            if not isinstance(cls, dict):
+            if not isinstance(cls, dict) or name in _RUN_FIGURES:
                 continue
             parts = [f"TTFT p95 {_s(cls['ttft_p95'])}", f"ITL p95 {_s(cls['itl_p95'])}"]
             for key, text in (
@@ -375,9 +401,15 @@ def _add_server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
         required=True,
-        help="base URL of the LLM server, 'sim' (the simulated server), or 'engine' (its engine in-process, on virtual time)",
+        action="append",
+        help=(
+            "base URL of the LLM server, 'sim[:KEY=VALUE,...]' (the simulated server), or "
+            "'engine[:KEY=VALUE,...]' (its engine in-process, on virtual time); keys: kind, "
+            "slots, costs, slower (and for sim seed, kv-capacity, prefill-chunk). Repeat it "
+            "(run only) to route the scenario over several servers, numbered from 1"
+        ),
     )
-    parser.add_argument("--model", help="model to use (default: the server's first)")
+    parser.add_argument("--model", help="model to use (default: each server's first)")
     parser.add_argument("--api-key")
     parser.add_argument("--out", required=True, help="folder for reports and plots")
     parser.add_argument("--no-plots", action="store_true")
@@ -388,7 +420,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     _add_server(parser)
     parser.add_argument(
         "--scenario", required=True,
-        help=f"scenario file, or a built-in name ({', '.join(builtin_scenarios())})",
+        help=(
+            f"scenario file, or a built-in name ({', '.join(builtin_scenarios())}) or one of "
+            f"tools/bench/scenarios ({', '.join(sorted(p.stem for p in SCENARIO_DIR.glob('*.json')))})"
+        ),
     )  # fmt: skip
     parser.add_argument(
         "--policy", action="append", choices=POLICIES, help="repeat to compare policies"
@@ -414,8 +449,21 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="replay a scenario and write reports")
     _add_common(run)
     run.add_argument(
-        "--idle", help="comma-separated classes to also run alone, as the idle baseline"
+        "--idle",
+        help="comma-separated classes to also run alone, as the idle baseline (on the first server)",
     )
+    run.add_argument(
+        "--lane-servers", action="append", metavar="LANE=N[,N...]",
+        help="the servers that may serve a lane, most preferred first (default: every server, in order)",
+    )  # fmt: skip
+    run.add_argument(
+        "--server-kill", action="append", metavar="N=COMMAND",
+        help="shell command that kills server N (default: SIGKILL to the local process on its port)",
+    )  # fmt: skip
+    run.add_argument(
+        "--server-start", action="append", metavar="N=COMMAND",
+        help="shell command that starts server N again (default: the killed process's command line)",
+    )  # fmt: skip
     sweep = commands.add_parser(
         "sweep", help="run a grid of settings and print the frontier"
     )
@@ -442,16 +490,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return micro_main(arguments[1:])
     args = build_parser().parse_args(arguments)
+    # What the pool and the benchmark's power switches warn of (a server that did not start).
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     command = {"run": _run, "curve": _curve, "sweep": _sweep}[args.command]
-    # The in-process engine runs on virtual time: a scenario of minutes in seconds, the same
-    # way every time, whatever else the machine does.
-    factory = VirtualTimeLoop if args.server == ENGINE else None
+    try:
+        # The in-process engine runs on virtual time: a scenario of minutes in seconds, the
+        # same way every time, whatever else the machine does.
+        virtual = runs_on_virtual_time([parse_server(text) for text in args.server])
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    factory = VirtualTimeLoop if virtual else None
     try:
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(command(args))
     except (ScenarioError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except ServerLostError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

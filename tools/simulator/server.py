@@ -238,6 +238,23 @@ class SimulatedServer:
             self.url,
         )
 
+    async def kill(self) -> None:
+        """Stop as a crash does: every connection is cut at once, then nothing listens.
+
+        A stream under way breaks (its client reads a reset connection, not an end), where
+        ``stop`` ends each answer first. ``restart()`` starts it again on the same port.
+        """
+        if self._runner is not None and self._runner.server is not None:
+            for handler in list(self._runner.server.connections):
+                if handler.transport is not None:
+                    handler.transport.abort()
+        await self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether it listens now."""
+        return self._runner is not None
+
     async def stop(self) -> None:
         """Stop listening and end every request."""
         await self.engine.stop()

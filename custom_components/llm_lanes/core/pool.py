@@ -41,7 +41,7 @@ Then:
 
 Every request ends exactly once, on one server: the pool's listeners get one ``FinishedRequest``
 per request, timed from its arrival at the pool, naming the ``server`` it ended on, its
-``failovers`` and the server it ``resumed_on``. The member schedulers report each attempt as
+``failovers``, the server it ``resumed_on`` and the ``path`` of its attempts. The member schedulers report each attempt as
 usual (an attempt abandoned on a failing server is an error there).
 """
 
@@ -255,6 +255,7 @@ class _Journey:
         "max_tokens",
         "output_tokens",
         "parts",
+        "path",
         "prompt_tokens",
         "records",
         "request",
@@ -307,6 +308,8 @@ class _Journey:
         self.gaps: list[float] = []
         self.records: list[tuple[str, FinishedRequest]] = []
         """(server, record) of every attempt that reached a member's scheduler."""
+        self.path: list[str] = []
+        """The server of every attempt, in order."""
 
     def attempt(self, member: _Member) -> ChatRequest | None:
         """Return what the next attempt sends to ``member``; None when no output is left to make."""
@@ -783,6 +786,7 @@ class ServerPool:
                 limit_s=member.config.power.wake_limit_s,
             )
         member.candidate.recent.note(journey.shape.keys)
+        journey.path.append(member.name)
         if previous is not None and previous is not member:
             journey.failovers += 1
             self._failovers_total += 1
@@ -914,6 +918,7 @@ class ServerPool:
             server=member.name if member is not None else None,
             failovers=journey.failovers,
             resumed_on=journey.resumed_on,
+            path=tuple(journey.path),
         )
         if journey.sink is not None:
             journey.sink.append(record)

@@ -51,6 +51,8 @@ class FinishedRequest:
     """How many times a pool moved it to another server after one failed."""
     resumed_on: str | None = None
     """The server that continued an answer another server had begun (None: it never did)."""
+    path: tuple[str, ...] = ()
+    """The servers its attempts went to, in order, where a pool routed it (the last is ``server``)."""
 
     @property
     def met_objectives(self) -> bool:

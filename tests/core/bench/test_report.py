@@ -10,16 +10,23 @@ import pytest
 
 from custom_components.llm_lanes.core.bench.report import (
     build_report,
+    markdown_report,
     percentile,
     write_report,
 )
 from custom_components.llm_lanes.core.bench.runner import (
     RequestRecord,
     RunResult,
+    ServerRun,
+)
+from custom_components.llm_lanes.core.bench.servers import (
+    BenchServer,
     ServerDescription,
+    ServerTally,
 )
 from custom_components.llm_lanes.core.bench.workload import parse_scenario
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from tools.simulator.box import Box
 
 SCENARIO = parse_scenario(
     {
@@ -125,3 +132,59 @@ def test_write_report_files(tmp_path: Path) -> None:
     assert rows[0]["finished"] == "4"
     assert "| voice | 5 | 4 | 1 |" in (tmp_path / "report.md").read_text()
     assert (tmp_path / "ttft_cdf.png").read_bytes()[:4] == b"\x89PNG"
+
+
+async def test_a_run_over_two_servers_lists_them() -> None:
+    """``servers`` names each with what it did; failovers count once; ``failed`` counts refusals too.
+
+    ``failed``: every request after the warm-up that got no answer (an error or a refusal), not
+    those cut off by the end of the run.
+    """
+    result = _result()
+    result.records += [
+        _record("a", 12.0, None, 0.0, outcome="error"),
+        _record(
+            "b", 13.0, None, 0.0, outcome="cancelled"
+        ),  # cut off by the end of the run
+        _record("a", 1.5, None, 0.0, outcome="error"),  # in the warm-up
+    ]
+    one, two = ServerTally(), ServerTally()
+    one.serve("voice")
+    one.failovers_from, two.failovers_to, two.resumed_here = 2, 2, 1
+    one.off_s, one.kills, one.starts, one.state_s = (
+        20.0,
+        1,
+        1,
+        {"up": 30.0, "down": 21.0},
+    )
+    two.serve("voice")
+    two.serve("background")
+    description = ServerDescription(kind="llama_cpp", version="b1", model="m", slots=4)
+    boxes = {"1": Box("box1"), "2": Box("box2")}
+    result.servers = tuple(
+        ServerRun(
+            BenchServer(name=name, backend=boxes[name], description=description), tally
+        )
+        for name, tally in (("1", one), ("2", two))
+    )
+    for box in boxes.values():
+        await box.server.engine.stop()
+    report = build_report(result)
+    assert (report["failovers"], report["resumed"], report["failed"]) == (2, 1, 2)
+    first = report["servers"]["1"]
+    assert first["url"] == "http://box1.lan:8080"
+    assert (first["served"], first["served_total"], first["down_s"]) == (
+        {"voice": 1},
+        1,
+        21.0,
+    )
+    assert report["servers"]["2"]["served"] == {"voice": 1, "background": 1}
+    markdown = markdown_report(report)
+    assert "Servers (whole run): 2 failovers, 1 answers resumed on another server, 2 requests failed." in markdown  # fmt: skip
+    assert (
+        "| 1 / 0 / 0 / 1 |" in markdown
+    )  # server 2: voice / interactive / automation / background
+    assert "| 20 s | 21 s / 0 s / 0 s |" in markdown
+    assert "servers" not in build_report(
+        _result()
+    )  # one server: the report is as before

@@ -17,10 +17,10 @@ from custom_components.llm_lanes.core.bench.calibrate import calibrate
 from custom_components.llm_lanes.core.bench.report import build_report
 from custom_components.llm_lanes.core.bench.runner import (
     RunResult,
-    ServerDescription,
     describe_server,
     run_scenario,
 )
+from custom_components.llm_lanes.core.bench.servers import ServerDescription
 from custom_components.llm_lanes.core.bench.sweep import (
     SweepRow,
     mark_frontier,

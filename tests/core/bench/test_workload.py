@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from custom_components.llm_lanes.core.bench.calibrate import shorten
 from custom_components.llm_lanes.core.bench.workload import (
     Arrival,
     ScenarioError,
+    ServerEvent,
     arrival_times,
     builtin_scenarios,
     load_scenario,
@@ -233,3 +235,93 @@ def test_prompt_text_has_the_asked_size_and_is_unique() -> None:
     first, second = prompt_text(150, rng), prompt_text(150, rng)
     assert first != second
     assert count_text_tokens(first) + 4 == 150
+
+
+SERVERS: dict[str, Any] = {
+    "events": [
+        {"at_s": 60, "server": 1, "action": "start"},
+        {"at_s": 30, "server": 1, "action": "kill"},
+    ],
+    "asleep_at_start": [2],
+    "wake_delay_s": 8,
+    "lane_servers": {"background": [2], "voice": [1, 2]},
+}
+
+
+def test_what_happens_to_the_servers_parses_in_time_order() -> None:
+    """Events are sorted by time; servers are numbers from 1; the JSON form reads back the same."""
+    scenario = parse_scenario(VALID | SERVERS)
+    assert scenario.events == (
+        ServerEvent(at_s=30, server=1, action="kill"),
+        ServerEvent(at_s=60, server=1, action="start"),
+    )
+    assert scenario.asleep_at_start == (2,)
+    assert scenario.wake_delay_s == 8
+    assert scenario.lane_servers == {Lane.BACKGROUND: (2,), Lane.VOICE: (1, 2)}
+    assert scenario.servers_named == 2
+    assert scenario.switches_servers == {1, 2}
+    assert parse_scenario(scenario.to_dict()) == scenario
+    steady = scenario.steady()
+    assert (steady.events, steady.asleep_at_start, steady.lane_servers) == ((), (), {})
+    assert steady.servers_named == 0
+    assert scenario.only({"voice"}).events == scenario.events
+    assert parse_scenario(VALID).to_dict().keys() == VALID.keys()
+
+
+def test_shortening_a_scenario_drops_its_later_events() -> None:
+    """``--duration`` cuts the events after the new end (they would never happen)."""
+    scenario = shorten(parse_scenario(VALID | SERVERS), 45.0)
+    assert scenario.events == (ServerEvent(at_s=30, server=1, action="kill"),)
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ({"events": {}}, "scenario.events: must be a list"),
+        (
+            {"events": [{"at_s": 5, "server": 1, "action": "reboot"}]},
+            "scenario.events[0].action: must be one of kill, start",
+        ),
+        (
+            {"events": [{"at_s": 5, "server": 0, "action": "kill"}]},
+            "scenario.events[0].server: must be a server number (1 is the first given)",
+        ),
+        (
+            {"events": [{"at_s": 100, "server": 1, "action": "kill"}]},
+            "scenario.events[0].at_s: must be before duration_s",
+        ),
+        (
+            {"events": [{"at_s": 5, "server": 1, "action": "kill", "why": "x"}]},
+            "scenario.events[0]: unknown field why",
+        ),
+        ({"asleep_at_start": [1, 1]}, "scenario.asleep_at_start: names a server twice"),
+        ({"asleep_at_start": 1}, "scenario.asleep_at_start: must be a list"),
+        ({"wake_delay_s": -1}, "scenario.wake_delay_s: must be >= 0"),
+        ({"lane_servers": {"urgent": [1]}}, "scenario.lane_servers.urgent: unknown lane"),
+        ({"lane_servers": {"voice": []}}, "scenario.lane_servers.voice: must name at least one server"),
+        ({"lane_servers": {"voice": ["gpu"]}}, "scenario.lane_servers.voice[0]: must be a server number"),
+    ],
+)  # fmt: skip
+def test_invalid_server_fields_name_the_field(
+    servers: dict[str, Any], message: str
+) -> None:
+    """Each mistake in what happens to the servers is refused, naming the field."""
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(VALID | servers)
+    assert message in str(err.value)
+
+
+def test_the_repository_scenarios_parse() -> None:
+    """The scenarios of tools/bench/scenarios load, the two of the pool with what they say of servers."""
+    folder = Path(__file__).parents[3] / "tools" / "bench" / "scenarios"
+    scenarios = {path.stem: load_scenario(path) for path in folder.glob("*.json")}
+    failover = scenarios["failover_evening"]
+    assert [(e.server, e.action) for e in failover.events] == [
+        (1, "kill"),
+        (1, "start"),
+    ]
+    waking = scenarios["waking_box"]
+    assert waking.asleep_at_start == (1,)
+    assert waking.lane_servers == {Lane.BACKGROUND: (1,)}
+    readme = (folder / "README.md").read_text()
+    assert all(f"`{name}.json`" in readme for name in scenarios)

@@ -218,11 +218,12 @@ class CalibrationResult:
 
 
 def shorten(scenario: Scenario, duration_s: float) -> Scenario:
-    """Cut the scenario to ``duration_s`` (warm-up kept to a sixth of it at most)."""
+    """Cut the scenario to ``duration_s`` (warm-up kept to a sixth of it at most, later events dropped)."""
     return replace(
         scenario,
         duration_s=duration_s,
         warmup_s=min(scenario.warmup_s, duration_s / 6),
+        events=tuple(event for event in scenario.events if event.at_s < duration_s),
     )
 
 

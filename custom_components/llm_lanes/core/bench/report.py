@@ -20,6 +20,15 @@ their objectives over all requests sent, rejected and failed ones included, thos
 end of the run excluded) and ``good_per_s``; per class
 ``output_tok_s`` (its output tokens received in the window, per second).
 
+A run over several servers (or one the scenario stops and starts) adds ``servers``: per server,
+by its number, its URL and what it said of itself, and what it did over the whole run, warm-up
+included (``ServerTally``: requests served per lane, tokens, failovers away from it and to it,
+answers resumed there, seconds off, and the seconds down, asleep and waking as the pool saw it);
+``failovers``, every move of a request to another server; ``resumed``, answers another server
+continued; ``failed``, requests sent after the warm-up that ended without an answer (an error, or
+refused: a busy server's 503, a full queue), those cut off by the end of the run excluded (none
+is the aim).
+
 matplotlib is imported only when a plot is drawn: it is a development tool, not a requirement
 of the integration.
 """
@@ -36,7 +45,11 @@ from typing import Any
 
 from custom_components.llm_lanes.core import metrics
 from custom_components.llm_lanes.core.bench.fairness import fairness
-from custom_components.llm_lanes.core.bench.runner import RequestRecord, RunResult
+from custom_components.llm_lanes.core.bench.runner import (
+    RequestRecord,
+    RunResult,
+    ServerRun,
+)
 from custom_components.llm_lanes.core.bench.workload import RequestClass
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
@@ -153,6 +166,33 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "fairness": served,
         "goodput": good_total / len(counted) if counted else None,
         "good_per_s": good_total / window,
+        **_servers_report(result.servers, measured),
+    }
+
+
+def _servers_report(
+    servers: Sequence[ServerRun], measured: Sequence[RequestRecord]
+) -> dict[str, Any]:
+    """Return the report's ``servers``, ``failovers``, ``resumed`` and ``failed`` (nothing for one server)."""
+    if not servers:
+        return {}
+    tallies = [run.tally for run in servers]
+    return {
+        "servers": {
+            run.server.name: {
+                "url": run.server.backend.base_url,
+                "kind": run.server.description.kind,
+                "model": run.server.description.model,
+                "slots": run.server.description.slots,
+                **run.tally.as_dict(),
+            }
+            for run in servers
+        },
+        "failovers": sum(tally.failovers_to for tally in tallies),
+        "resumed": sum(tally.resumed_here for tally in tallies),
+        "failed": sum(
+            1 for record in measured if record.outcome in ("error", "rejected")
+        ),
     }
 
 
@@ -334,7 +374,44 @@ def markdown_report(report: dict[str, Any]) -> str:
             "Jain index over backlogged requesters: "
             + ", ".join(f"{lane} {_fmt(value)}" for lane, value in lanes.items()),
         ]
+    if "servers" in report:
+        lines += ["", *_servers_markdown(report)]
     return "\n".join(lines) + "\n"
+
+
+def _servers_markdown(report: dict[str, Any]) -> list[str]:
+    """Render the servers of a run over several: what each served, its failovers, its time off."""
+    lines = [
+        (
+            f"Servers (whole run): {report['failovers']} failovers, "
+            f"{report['resumed']} answers resumed on another server, "
+            f"{report['failed']} requests failed."
+        ),
+        "",
+        "| server | | served | voice / interactive / automation / background | since its last start | tokens in / out | failovers away / to | resumed here | off | down / asleep / waking (pool) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, server in report["servers"].items():
+        served = server["served"]
+        per_lane = " / ".join(
+            str(served.get(lane, 0))
+            for lane in ("voice", "interactive", "automation", "background")
+        )
+        states = (
+            "–"
+            if server["down_s"] is None
+            else " / ".join(
+                f"{server[key]:.0f} s" for key in ("down_s", "asleep_s", "waking_s")
+            )
+        )
+        lines.append(
+            f"| {name} | {server['kind']} `{server['url']}` | {server['served_total']} | "
+            f"{per_lane} | {server['served_since_start'] if server['starts'] else '–'} | "
+            f"{server['prompt_tokens']:,} / {server['output_tokens']:,} | "
+            f"{server['failovers_from']} / {server['failovers_to']} | {server['resumed_here']} | "
+            f"{server['off_s']:.0f} s | {states} |"
+        )
+    return lines
 
 
 # --- plots --------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
-"""Replay a scenario against a server, with or without the scheduler, and record every request.
+"""Replay a scenario against one server or several, with or without the scheduler, and record every request.
 
 Policies: ``direct`` sends each request straight to the backend client (what an integration
 without a scheduler does); ``fifo`` and ``lanes`` go through the real ``Scheduler`` with that
-policy.
+policy. Over several servers (``run_servers``), ``direct`` is a reverse proxy with backup servers
+and ``fifo`` and ``lanes`` a ``ServerPool`` of one scheduler per server (``targets.py``); the
+scenario's events kill and start servers on time, and the result says what each server did
+(``servers.py``).
 
 Time: all figures are in scenario seconds. Against a simulated server running ``speed`` times
 faster, pass ``time_scale=speed``: arrivals are compressed by that factor and every measured
@@ -12,7 +15,7 @@ duration is stretched back, so the figures read as if the server ran at speed 1.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 import contextlib
 from dataclasses import dataclass, field, replace
 import random
@@ -21,22 +24,37 @@ import time
 from typing import Any, Literal, TextIO
 
 from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.bench.servers import (
+    BenchServer,
+    Power,
+    ServerDescription,
+    ServerTally,
+)
+from custom_components.llm_lanes.core.bench.targets import (
+    Direct,
+    Pooled,
+    Scheduled,
+    Target,
+    Upstreams,
+)
 from custom_components.llm_lanes.core.bench.workload import (
     PlannedRequest,
     RequestClass,
     Scenario,
+    ServerEvent,
     class_rng,
     plan_open_requests,
     prompt_text,
 )
 from custom_components.llm_lanes.core.errors import (
     BackendError,
+    NoServerError,
     SchedulerError,
     ServerBusyError,
 )
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, StreamChunk
-from custom_components.llm_lanes.core.scheduler import Scheduler
+from custom_components.llm_lanes.core.router import ANY_MODEL
 from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.core.tokens import (
@@ -86,15 +104,11 @@ class RequestRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerDescription:
-    """The ``server`` object of the report."""
+class ServerRun:
+    """One server of a run over several, and what it did."""
 
-    kind: str
-    version: str | None
-    model: str
-    slots: int | None
-    context: int | None = None
-    """Tokens one request may hold (prompt and answer), where the server says."""
+    server: BenchServer
+    tally: ServerTally
 
 
 @dataclass(slots=True)
@@ -111,6 +125,9 @@ class RunResult:
     queue_depth_max: int
     kv_use_max: float | None
     wall_s: float
+    servers: tuple[ServerRun, ...] = ()
+    """What each server did, in a run over several servers or one the scenario stops and starts
+    (empty: one server, up throughout)."""
 
 
 Progress = Callable[[float, int], None]
@@ -166,18 +183,64 @@ async def run_scenario(
     drain_s: float | None = None,
     progress: Progress | None = None,
 ) -> RunResult:
-    """Replay ``scenario`` and record every request (see the module docstring).
+    """Replay ``scenario`` against one server and record every request (module docstring).
 
     ``prompt_salt`` changes every prompt's text (not its length): runs against one server should
     each pass their own, or a server's prompt cache would answer a later run's prefill with an
     earlier run's identical prompts and flatter it.
     """
+    return await run_servers(
+        [BenchServer(name="1", backend=backend, description=server)],
+        scenario,
+        policy=policy,
+        settings=[settings],
+        time_scale=time_scale,
+        prompt_scale=prompt_scale,
+        prompt_salt=prompt_salt,
+        drain_s=drain_s,
+        progress=progress,
+    )
+
+
+async def run_servers(
+    servers: Sequence[BenchServer],
+    scenario: Scenario,
+    *,
+    policy: BenchPolicy,
+    settings: Sequence[SchedulerSettings],
+    lane_servers: Mapping[Lane, tuple[int, ...]] | None = None,
+    time_scale: float = 1.0,
+    prompt_scale: float = 1.0,
+    prompt_salt: str = "",
+    drain_s: float | None = None,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Replay ``scenario`` over ``servers`` (each with its ``settings``) and record every request.
+
+    ``lane_servers`` overrides the scenario's per lane (servers by number, most preferred first).
+    A run that stops a server starts it again at its end. ValueError (before anything is sent):
+    the scenario names a server beyond those given, or stops one the benchmark cannot stop.
+    """
+    if not servers or len(settings) != len(servers):
+        raise ValueError("give one settings object per server")
+    routes = {**scenario.lane_servers, **(lane_servers or {})}
+    named = max(
+        scenario.servers_named,
+        max((n for numbers in routes.values() for n in numbers), default=0),
+    )
+    if named > len(servers):
+        raise ValueError(
+            f"the scenario names server {named}, but only {len(servers)} "
+            f"server{'s are' if len(servers) > 1 else ' is'} given"
+        )
     run = _Run(
-        backend=backend,
+        servers=servers,
         scenario=scenario,
         policy=policy,
-        settings=settings_for(policy, settings),
-        server=server,
+        settings=[settings_for(policy, one) for one in settings],
+        routes={
+            lane: tuple(str(n) for n in numbers) for lane, numbers in routes.items()
+        },
         time_scale=time_scale,
         prompt_scale=prompt_scale,
         prompt_salt=prompt_salt,
@@ -191,20 +254,26 @@ class _Run:
     def __init__(
         self,
         *,
-        backend: Backend,
+        servers: Sequence[BenchServer],
         scenario: Scenario,
         policy: BenchPolicy,
-        settings: SchedulerSettings,
-        server: ServerDescription,
+        settings: Sequence[SchedulerSettings],
+        routes: Mapping[Lane, tuple[str, ...]],
         time_scale: float,
         prompt_scale: float,
         prompt_salt: str,
     ) -> None:
-        self.backend = backend
+        self.servers = tuple(servers)
+        self.backend = servers[0].backend
         self.scenario = scenario
         self.policy = policy
-        self.settings = settings
-        self.server = server
+        self.all_settings = tuple(settings)
+        self.settings = settings[0]
+        self.server = servers[0].description
+        self.routes = routes
+        self.several = len(servers) > 1 or bool(scenario.switches_servers)
+        """Whether the run goes over several servers (or stops and starts its one)."""
+        self.tallies = {server.name: ServerTally() for server in servers}
         self.scale = time_scale
         self.prompt_scale = prompt_scale
         self.prompt_salt = prompt_salt
@@ -215,7 +284,19 @@ class _Run:
         self._loop = asyncio.get_running_loop()
         """Its clock is the run's (a virtual-time loop runs a scenario in no time)."""
         self._start = self._loop.time()
-        self._scheduler: Scheduler | None = None
+        self.powers = {
+            server.name: Power(
+                server,
+                self.tallies[server.name],
+                now=self.now,
+                time_scale=time_scale,
+                wake_delay_s=scenario.wake_delay_s,
+            )
+            for server in servers
+            if int(server.name) in scenario.switches_servers
+        }
+        """The switches of the servers the scenario stops (ValueError for one that has none)."""
+        self._target: Target | None = None
         self._owner: dict[tuple[Lane, str], str] = {
             (cls.lane, requester): cls.name
             for cls in scenario.classes
@@ -249,18 +330,43 @@ class _Run:
         if delay > 0:
             await asyncio.sleep(delay)
 
-    async def execute(self, drain_s: float, progress: Progress | None) -> RunResult:
-        remove_listener: Callable[[], None] | None = None
-        if self.policy != "direct":
-            scale = self.scale
-            self._scheduler = Scheduler(
+    def _make_target(self) -> Target:
+        """Return where the requests go (``targets.py``)."""
+        scale = self.scale
+
+        def clock() -> float:
+            return self._loop.time() * scale
+
+        if not self.several:
+            if self.policy == "direct":
+                return Direct(self.backend)
+            return Scheduled(
                 self.backend,
                 self.settings,
-                clock=lambda: self._loop.time() * scale,
+                clock=clock,
                 clock_rate=scale,
+                on_finished=self._on_finished,
             )
-            remove_listener = self._scheduler.add_listener(self._on_finished)
+        if self.policy == "direct":
+            return Upstreams(self.servers, self.tallies, clock=clock)
+        return Pooled(
+            self.servers,
+            self.all_settings,
+            self.tallies,
+            routes=self.routes,
+            asleep={str(n): self.powers[str(n)] for n in self.scenario.asleep_at_start},
+            clock=clock,
+            clock_rate=scale,
+            on_finished=self._on_finished,
+        )
+
+    async def execute(self, drain_s: float, progress: Progress | None) -> RunResult:
+        for number in self.scenario.asleep_at_start:
+            await self.powers[str(number)].kill()
+        self._target = self._make_target()
         self._start = self._loop.time()
+        for number in self.scenario.asleep_at_start:
+            self.powers[str(number)].count_off_from(0.0)
         wall_start = self._loop.time()
         tasks: set[asyncio.Task[RequestRecord]] = set()
         closed: list[asyncio.Task[None]] = []
@@ -271,12 +377,13 @@ class _Run:
                     for worker in range(cls.arrival.concurrency)
                 )
         sampler = asyncio.create_task(self._sample(progress))
+        starts: set[asyncio.Task[None]] = set()
+        events = asyncio.create_task(self._play(self.scenario.events, starts))
         try:
             for at, planned, announce in self._timeline():
                 await self.sleep_until(at)
                 if announce:
-                    if self._scheduler is not None:
-                        self._scheduler.prepare(self._lane_of[planned.class_name])
+                    self._target.prepare(self._lane_of[planned.class_name])
                     continue
                 task = asyncio.create_task(self._send(planned))
                 tasks.add(task)
@@ -288,16 +395,21 @@ class _Run:
             if tasks:
                 await asyncio.wait(list(tasks), timeout=drain_s / self.scale)
         finally:
-            for pending in [*tasks, *closed]:
+            for pending in [*tasks, *closed, events, *starts]:
                 pending.cancel()
-            await asyncio.gather(*tasks, *closed, return_exceptions=True)
+            await asyncio.gather(
+                *tasks, *closed, events, *starts, return_exceptions=True
+            )
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
-            if self._scheduler is not None:
-                await self._scheduler.close()
-                if remove_listener is not None:
-                    remove_listener()
+            await self._target.close()
+            for power in self.powers.values():
+                power.finish()
+            wall_s = self._loop.time() - wall_start
+            # The next run (or the user) finds every server as the run found it: running.
+            for power in self.powers.values():
+                await power.restore()
         return RunResult(
             scenario=self.scenario,
             policy=self.policy,
@@ -307,8 +419,27 @@ class _Run:
             finished=self.finished,
             queue_depth_max=self.queue_depth_max,
             kv_use_max=self.kv_use_max,
-            wall_s=self._loop.time() - wall_start,
+            wall_s=wall_s,
+            servers=tuple(
+                ServerRun(server, self.tallies[server.name]) for server in self.servers
+            )
+            if self.several
+            else (),
         )
+
+    async def _play(
+        self, events: Sequence[ServerEvent], starts: set[asyncio.Task[None]]
+    ) -> None:
+        """Kill and start servers at the scenario's times (a start runs beside the next events)."""
+        for event in events:
+            await self.sleep_until(event.at_s)
+            power = self.powers[str(event.server)]
+            if event.action == "kill":
+                await power.kill()
+            else:
+                task = asyncio.create_task(power.start())
+                starts.add(task)
+                task.add_done_callback(starts.discard)
 
     def _timeline(self) -> list[tuple[float, PlannedRequest, bool]]:
         """Return the open-loop requests in time order, each after its announcement (if any)."""
@@ -358,6 +489,7 @@ class _Run:
                 await asyncio.sleep(1.0 / self.scale)
 
     def _request(self, planned: PlannedRequest, rng: random.Random) -> ChatRequest:
+        """Return the planned request (naming no model over several servers: each runs its own)."""
         options: dict[str, Any] = {}
         if self.backend.profile.takes_ignore_eos:
             # Make the model produce exactly the planned number of tokens.
@@ -373,7 +505,7 @@ class _Run:
             )
             system = f"{prefix[: round(len(prefix) * share)]}\n{SYSTEM_PROMPT}"
         return ChatRequest(
-            model=self.server.model,
+            model=ANY_MODEL if self.several else self.server.model,
             messages=(
                 ChatMessage(role="system", content=system),
                 ChatMessage(
@@ -394,16 +526,14 @@ class _Run:
     def _stream(
         self, planned: PlannedRequest, request: ChatRequest
     ) -> AsyncIterator[StreamChunk]:
-        if self._scheduler is None:
-            return self.backend.chat(request)
-        stream: AsyncIterator[StreamChunk] = self._scheduler.stream(
+        assert self._target is not None
+        return self._target.stream(
             request,
             lane=self._lane_of[planned.class_name],
             requester=planned.requester,
             prompt_tokens=planned.prompt_tokens
             + self._shared_prefix_tokens(planned.class_name),
         )
-        return stream
 
     async def _send(
         self, planned: PlannedRequest, rng_stream: str | None = None
@@ -455,6 +585,10 @@ class _Run:
         except asyncio.CancelledError:
             record.outcome = "cancelled"
             raise
+        except NoServerError as err:
+            # Not a refusal of the request: every server that may serve it is gone.
+            record.outcome = "error"
+            record.error = type(err).__name__
         except (SchedulerError, ServerBusyError) as err:
             record.outcome = "rejected"
             record.error = type(err).__name__
@@ -470,14 +604,12 @@ class _Run:
 
     async def _sample(self, progress: Progress | None) -> None:
         while True:
-            depth = 0
-            if self._scheduler is not None:
-                depth += self._scheduler.snapshot().queue_depth
-            try:
-                metrics = await self.backend.metrics()
-            except BackendError:
-                metrics = None
-            if metrics is not None:
+            depth = self._target.queue_depth() if self._target is not None else 0
+            for server in self.servers:
+                try:
+                    metrics = await server.backend.metrics()
+                except BackendError:
+                    continue
                 depth += metrics.requests_waiting or 0
                 if metrics.kv_cache_usage is not None:
                     self.kv_use_max = max(

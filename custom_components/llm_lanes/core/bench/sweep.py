@@ -19,9 +19,9 @@ from custom_components.llm_lanes.core.bench.report import build_report, objectiv
 from custom_components.llm_lanes.core.bench.runner import (
     BenchPolicy,
     RunResult,
-    ServerDescription,
     run_scenario,
 )
+from custom_components.llm_lanes.core.bench.servers import ServerDescription
 from custom_components.llm_lanes.core.bench.workload import Scenario
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 

@@ -17,16 +17,29 @@ the next request as soon as the previous one ends), ``burst`` (``size`` requests
 
 Every class draws from its own generator seeded with the scenario seed and the class name, so
 removing a class (the idle baseline) leaves the others' requests unchanged.
+
+A scenario run over several servers (``scripts/bench run --server URL1 --server URL2``) may also
+say what happens to them; servers are numbered from 1, in the order they are given::
+
+    "events": [{"at_s": 20, "server": 1, "action": "kill"}, {"at_s": 40, "server": 1, "action": "start"}],
+    "asleep_at_start": [1], "wake_delay_s": 8, "lane_servers": {"background": [1]}
+
+``kill`` stops a server as a crash does (its streams break, connections are refused), ``start``
+starts it again; a server ``asleep_at_start`` is stopped before the run and only its wake action
+starts it (when the pool asks to wake it), ``wake_delay_s`` after the pool asks (a desktop resuming
+from sleep); ``lane_servers`` lists, per lane, the servers that may serve it, most preferred first
+(every server, in their order, for a lane it does not name).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 import json
 import math
 from pathlib import Path
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.slot_context import BENCH_FILL
@@ -35,6 +48,8 @@ if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 PROCESSES = ("poisson", "gamma", "closed", "burst", "trace")
+type ServerAction = Literal["kill", "start"]
+SERVER_ACTIONS: tuple[ServerAction, ...] = ("kill", "start")
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 _WORDS = [
     "summarize",
@@ -162,6 +177,16 @@ class RequestClass:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerEvent:
+    """Something that happens to one server during a run (see the module docstring)."""
+
+    at_s: float
+    server: int
+    """The server's number: 1 is the first given."""
+    action: ServerAction
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """A whole workload."""
 
@@ -170,18 +195,50 @@ class Scenario:
     warmup_s: float
     seed: int
     classes: tuple[RequestClass, ...]
+    events: tuple[ServerEvent, ...] = ()
+    """In time order."""
+    asleep_at_start: tuple[int, ...] = ()
+    wake_delay_s: float = 0.0
+    lane_servers: Mapping[Lane, tuple[int, ...]] = field(default_factory=dict)
+
+    @property
+    def servers_named(self) -> int:
+        """The highest server number the scenario names (0: it names none)."""
+        return max(
+            (
+                *(event.server for event in self.events),
+                *self.asleep_at_start,
+                *(
+                    server
+                    for servers in self.lane_servers.values()
+                    for server in servers
+                ),
+            ),
+            default=0,
+        )
+
+    @property
+    def switches_servers(self) -> frozenset[int]:
+        """The servers the run stops or starts (its events and those asleep at the start)."""
+        return frozenset(
+            {event.server for event in self.events} | set(self.asleep_at_start)
+        )
 
     def only(self, names: set[str]) -> Scenario:
         """Return the same scenario with only some classes (the idle baseline)."""
         unknown = names - {cls.name for cls in self.classes}
         if unknown:
             raise ScenarioError(f"no class named {', '.join(sorted(unknown))}")
-        return Scenario(
+        return replace(
+            self,
             name=f"{self.name} ({', '.join(sorted(names))} alone)",
-            duration_s=self.duration_s,
-            warmup_s=self.warmup_s,
-            seed=self.seed,
             classes=tuple(cls for cls in self.classes if cls.name in names),
+        )
+
+    def steady(self) -> Scenario:
+        """Return the same workload on servers that stay up (no events, none asleep, no routes)."""
+        return replace(
+            self, events=(), asleep_at_start=(), wake_delay_s=0.0, lane_servers={}
         )
 
     def fitted(self, context_tokens: int | None, fill: float = BENCH_FILL) -> Scenario:
@@ -253,7 +310,26 @@ class Scenario:
                 }
                 for cls in self.classes
             ],
+            **self._servers_dict(),
         }
+
+    def _servers_dict(self) -> dict[str, Any]:
+        """Return what the scenario says of its servers, in the JSON form (nothing if it says nothing)."""
+        result: dict[str, Any] = {}
+        if self.events:
+            result["events"] = [
+                {"at_s": event.at_s, "server": event.server, "action": event.action}
+                for event in self.events
+            ]
+        if self.asleep_at_start:
+            result["asleep_at_start"] = list(self.asleep_at_start)
+        if self.wake_delay_s:
+            result["wake_delay_s"] = self.wake_delay_s
+        if self.lane_servers:
+            result["lane_servers"] = {
+                lane.key: list(servers) for lane, servers in self.lane_servers.items()
+            }
+        return result
 
 
 def _dist_dict(dist: TokenDistribution) -> dict[str, float]:
@@ -319,8 +395,76 @@ def parse_scenario(data: Any, *, base_dir: Path | None = None) -> Scenario:
     if len(set(names)) != len(names):
         raise ScenarioError("scenario.classes: class names must be unique")
     return Scenario(
-        name=name, duration_s=duration, warmup_s=warmup, seed=seed, classes=classes
+        name=name,
+        duration_s=duration,
+        warmup_s=warmup,
+        seed=seed,
+        classes=classes,
+        events=_parse_events(obj.get("events", []), duration),
+        asleep_at_start=_server_list(
+            obj.get("asleep_at_start", []), "scenario.asleep_at_start"
+        ),
+        wake_delay_s=_number(obj, "wake_delay_s", "scenario", default=0.0, minimum=0),
+        lane_servers=_parse_lane_servers(obj.get("lane_servers", {})),
     )
+
+
+def _parse_events(data: Any, duration_s: float) -> tuple[ServerEvent, ...]:
+    if not isinstance(data, list):
+        raise ScenarioError("scenario.events: must be a list")
+    events: list[ServerEvent] = []
+    for i, raw in enumerate(data):
+        where = f"scenario.events[{i}]"
+        obj = _object(raw, where)
+        _no_extra(obj, ServerEvent, where)
+        at_s = _number(obj, "at_s", where, minimum=0)
+        if at_s >= duration_s:
+            raise ScenarioError(f"{where}.at_s: must be before duration_s")
+        action = _string(obj, "action", where)
+        if action not in SERVER_ACTIONS:
+            raise ScenarioError(
+                f"{where}.action: must be one of {', '.join(SERVER_ACTIONS)}"
+            )
+        events.append(
+            ServerEvent(
+                at_s=at_s,
+                server=_server_number(obj.get("server"), f"{where}.server"),
+                action=action,
+            )
+        )
+    return tuple(sorted(events, key=lambda event: event.at_s))
+
+
+def _parse_lane_servers(data: Any) -> dict[Lane, tuple[int, ...]]:
+    obj = _object(data, "scenario.lane_servers")
+    routes: dict[Lane, tuple[int, ...]] = {}
+    for key, servers in obj.items():
+        where = f"scenario.lane_servers.{key}"
+        try:
+            lane = Lane.from_key(key)
+        except ValueError as err:
+            raise ScenarioError(f"{where}: {err}") from None
+        routes[lane] = _server_list(servers, where)
+        if not routes[lane]:
+            raise ScenarioError(f"{where}: must name at least one server")
+    return routes
+
+
+def _server_list(data: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(data, list):
+        raise ScenarioError(f"{where}: must be a list of server numbers")
+    servers = tuple(
+        _server_number(value, f"{where}[{i}]") for i, value in enumerate(data)
+    )
+    if len(set(servers)) != len(servers):
+        raise ScenarioError(f"{where}: names a server twice")
+    return servers
+
+
+def _server_number(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ScenarioError(f"{where}: must be a server number (1 is the first given)")
+    return value
 
 
 def _parse_class(data: Any, where: str, base_dir: Path | None) -> RequestClass:

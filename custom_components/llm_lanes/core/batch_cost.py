@@ -9,8 +9,8 @@ sample per streamed token, tagged with the sequences decoding, taken only while 
 prefills no prompt beside them: a prefill stretches every gap of its iteration), and ``BackgroundLimiter`` turns it
 into the number of background streams that may keep running while voice or interactive requests
 are queued or streaming: as many as keep those streams' predicted gap within their lanes'
-objectives — the inter-token objective (``itl_slo_s``) and, against the gap they would get with
-the foreground alone, the slowdown objective (``itl_slowdown_slo``, twice the gap for voice and
+objectives — the inter-token objective (``itl_slo_s``) and, against the gap of one stream alone on
+the server, the slowdown objective (``itl_slowdown_slo``, twice the gap for voice and
 typed chats). On a GPU that is all of them; on a CPU where two sequences cost 1.85x one, one
 stream beside voice; for the seconds a voice answer lasts.
 
@@ -190,7 +190,9 @@ class BackgroundLimiter:
             self._limit = None
             return None
         base = max(1, foreground_running + foreground_waiting) + others_running
-        alone = self.model.itl(base, now)
+        # A stream's speed alone on the server: what the slowdown objective is measured against
+        # (the foreground's own streams slow each other too, and that counts against it).
+        alone = self.model.itl(1, now)
         if alone is None:
             # Nothing learned yet: let background run rather than guess.
             self._limit = None

@@ -55,8 +55,8 @@ class LaneLimits:
     itl_slo_s: float
     """Inter-token-latency objective (p95 of one request's gaps) used for goodput."""
     itl_slowdown_slo: float | None = None
-    """For a foreground lane: how much slower than with the foreground alone its tokens may come
-    because background streams share the server's batch (2.0: at most twice the gap). With the
+    """For a foreground lane: how much slower than one stream alone on the server its tokens may
+    come while background streams share the server's batch (2.0: at most twice the gap). With the
     learned batch cost this decides how many background streams keep running beside it
     (``batch_cost.BackgroundLimiter``); None: only ``itl_slo_s`` bounds them."""
 

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Iterator
 
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
-from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import intent, issue_registry as ir
 from homeassistant.setup import async_setup_component
@@ -27,7 +26,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.repairs import small_context_issue_id
-from tests.support.entries import async_set_up, server_entry
+from tests.support.entries import async_llama_entry
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, session_llama_server
 from tests.support.requests import async_call_action, finished_requests
 
@@ -48,11 +47,10 @@ async def small_entry(
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up an LLM Lanes entry for that server, with an Assist agent for the home."""
     assert small_llama_server.context_per_slot == 1024
-    entry = server_entry(
-        small_llama_server.url,
-        "llama_cpp",
-        model=MODEL_ALIAS,
-        title="Small",
+    async with async_llama_entry(
+        ha_core,
+        small_llama_server,
+        "Small",
         subentries_data=[
             {
                 "subentry_type": SUBENTRY_CONVERSATION,
@@ -62,10 +60,8 @@ async def small_entry(
                 "unique_id": None,
             }
         ],
-    )
-    yield await async_set_up(ha_core, entry)
-    if entry.state is ConfigEntryState.LOADED:
-        assert await ha_core.config_entries.async_unload(entry.entry_id)
+    ) as entry:
+        yield entry
 
 
 async def test_setup_raises_the_repair(

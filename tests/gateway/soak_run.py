@@ -27,12 +27,11 @@ import time
 from typing import Any, Final
 
 import aiohttp
-from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from tests.support.entries import async_set_up, server_entry
+from tests.support.entries import async_llama_entry
 from tests.support.llamacpp import LlamaServer, session_llama_server
 
 from .conftest import ClientKey, Gateway
@@ -58,15 +57,8 @@ async def llama_entry(
     hass: HomeAssistant, gateway: Gateway, soak_llama_server: LlamaServer
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up LLM Lanes for the real server, with its default settings."""
-    entry = server_entry(
-        soak_llama_server.url,
-        "llama_cpp",
-        model=soak_llama_server.model_name,
-        title="llama.cpp (soak)",
-    )
-    yield await async_set_up(hass, entry)
-    if entry.state is ConfigEntryState.LOADED:
-        assert await hass.config_entries.async_unload(entry.entry_id)
+    async with async_llama_entry(hass, soak_llama_server, "llama.cpp (soak)") as entry:
+        yield entry
 
 
 async def _outcome(response: aiohttp.ClientResponse, kind: str) -> tuple[str, str]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 
-from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.lanes import Lane
-from tests.support.entries import async_set_up, server_entry
+from tests.support.entries import async_llama_entry
 from tests.support.llamacpp import LlamaServer, session_llama_server
 from tests.support.requests import async_wait_for, finished_requests
 
@@ -39,15 +38,8 @@ async def llama_entry(
     hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up an LLM Lanes entry for the real server (after the gateway's app runs)."""
-    entry = server_entry(
-        gateway_llama_server.url,
-        "llama_cpp",
-        model=gateway_llama_server.model_name,
-        title="llama.cpp (real)",
-    )
-    yield await async_set_up(hass, entry)
-    if entry.state is ConfigEntryState.LOADED:
-        assert await hass.config_entries.async_unload(entry.entry_id)
+    async with async_llama_entry(hass, gateway_llama_server, "llama.cpp (real)") as entry:
+        yield entry
 
 
 async def test_both_endpoints_in_front_of_llama_server(

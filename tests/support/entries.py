@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator
+import contextlib
+from typing import TYPE_CHECKING, Any
 
 from homeassistant.config_entries import (
     SOURCE_USER,
@@ -17,6 +19,9 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
 from tools.simulator.server import SimConfig
+
+if TYPE_CHECKING:
+    from tests.support.llamacpp import LlamaServer
 
 MODEL = SimConfig().model
 FAST_SIM = SimConfig(slots=2, speed=50.0)
@@ -65,3 +70,16 @@ async def async_start_subentry_flow(
     assert result["type"] is FlowResultType.FORM
     assert result["step_id"] == "user"
     return result
+
+
+@contextlib.asynccontextmanager
+async def async_llama_entry(
+    hass: HomeAssistant, server: LlamaServer, title: str, **entry: Any
+) -> AsyncIterator[MockConfigEntry]:
+    """Set up an entry for a real llama-server (``entry``: more of its fields); unload it after."""
+    config = server_entry(
+        server.url, "llama_cpp", model=server.model_name, title=title, **entry
+    )
+    yield await async_set_up(hass, config)
+    if config.state is ConfigEntryState.LOADED:
+        assert await hass.config_entries.async_unload(config.entry_id)

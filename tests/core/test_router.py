@@ -22,6 +22,7 @@ from custom_components.llm_lanes.core.router import (
     ANY_MODEL,
     Candidate,
     Capabilities,
+    Estimate,
     Observed,
     RecentPrefixes,
     Router,
@@ -226,41 +227,28 @@ def test_a_conversation_stays_where_it_went_unless_another_is_clearly_faster() -
         chat = request("gym on monday", system=None, history=history)
         shape = router.shape(chat, 3000)
         assert shape.home is not None
-        first = router.choose(
-            [
-                candidate("a", a_s, prefill_tok_s=250.0),
-                candidate("b", b_s, prefill_tok_s=500.0),
-            ],
-            shape,
-            Lane.INTERACTIVE,
-            100,
-            now(),
-        )
+
+        def choose_with_a_at(a_tok_s: float) -> Estimate:
+            """Route the chat with server a at ``a_tok_s`` and b at 500 tokens/s."""
+            return router.choose(
+                [
+                    candidate("a", a_s, prefill_tok_s=a_tok_s),
+                    candidate("b", b_s, prefill_tok_s=500.0),
+                ],
+                shape,
+                Lane.INTERACTIVE,
+                100,
+                now(),
+            )
+
+        first = choose_with_a_at(250.0)
         assert first.server == "b"
         assert router.incumbent(shape) == "b"
         # A server 10 % faster than the incumbent does not take the conversation...
-        stay = router.choose(
-            [
-                candidate("a", a_s, prefill_tok_s=550.0),
-                candidate("b", b_s, prefill_tok_s=500.0),
-            ],
-            shape,
-            Lane.INTERACTIVE,
-            100,
-            now(),
-        )
+        stay = choose_with_a_at(550.0)
         assert stay.server == "b"
         # ... one twice as fast does.
-        moved = router.choose(
-            [
-                candidate("a", a_s, prefill_tok_s=1000.0),
-                candidate("b", b_s, prefill_tok_s=500.0),
-            ],
-            shape,
-            Lane.INTERACTIVE,
-            100,
-            now(),
-        )
+        moved = choose_with_a_at(1000.0)
         assert moved.server == "a"
         assert router.incumbent(shape) == "a"
         # A request on its own has no incumbent but the lane's preferred server.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import random
 import sys
 import time
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, TypedDict, Unpack
 
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.bench.servers import (
@@ -170,6 +170,23 @@ def settings_for(policy: BenchPolicy, settings: SchedulerSettings) -> SchedulerS
     return settings
 
 
+class RunOptions(TypedDict, total=False):
+    """How a scenario is replayed, whatever it is replayed against."""
+
+    time_scale: float
+    """Scenario seconds per second (a simulator's speed); 1 by default."""
+    prompt_scale: float
+    """Prompt text per planned token, against the server's tokenizer; 1 by default."""
+    prompt_salt: str
+    """Changes every prompt's text (not its length): runs against one server should each pass
+    their own, or a server's prompt cache would answer a later run's prefill with an earlier
+    run's identical prompts and flatter it."""
+    drain_s: float | None
+    """How long requests still running at the end may finish (a fifth of the scenario, 5 s at
+    least, by default)."""
+    progress: Progress | None
+
+
 async def run_scenario(
     backend: Backend,
     scenario: Scenario,
@@ -177,28 +194,15 @@ async def run_scenario(
     policy: BenchPolicy,
     settings: SchedulerSettings,
     server: ServerDescription,
-    time_scale: float = 1.0,
-    prompt_scale: float = 1.0,
-    prompt_salt: str = "",
-    drain_s: float | None = None,
-    progress: Progress | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
-    """Replay ``scenario`` against one server and record every request (module docstring).
-
-    ``prompt_salt`` changes every prompt's text (not its length): runs against one server should
-    each pass their own, or a server's prompt cache would answer a later run's prefill with an
-    earlier run's identical prompts and flatter it.
-    """
+    """Replay ``scenario`` against one server and record every request (module docstring)."""
     return await run_servers(
         [BenchServer(name="1", backend=backend, description=server)],
         scenario,
         policy=policy,
         settings=[settings],
-        time_scale=time_scale,
-        prompt_scale=prompt_scale,
-        prompt_salt=prompt_salt,
-        drain_s=drain_s,
-        progress=progress,
+        **options,
     )
 
 
@@ -209,11 +213,7 @@ async def run_servers(
     policy: BenchPolicy,
     settings: Sequence[SchedulerSettings],
     lane_servers: Mapping[Lane, tuple[int, ...]] | None = None,
-    time_scale: float = 1.0,
-    prompt_scale: float = 1.0,
-    prompt_salt: str = "",
-    drain_s: float | None = None,
-    progress: Progress | None = None,
+    **options: Unpack[RunOptions],
 ) -> RunResult:
     """Replay ``scenario`` over ``servers`` (each with its ``settings``) and record every request.
 
@@ -241,12 +241,14 @@ async def run_servers(
         routes={
             lane: tuple(str(n) for n in numbers) for lane, numbers in routes.items()
         },
-        time_scale=time_scale,
-        prompt_scale=prompt_scale,
-        prompt_salt=prompt_salt,
+        time_scale=options.get("time_scale", 1.0),
+        prompt_scale=options.get("prompt_scale", 1.0),
+        prompt_salt=options.get("prompt_salt", ""),
     )
+    drain_s = options.get("drain_s")
     return await run.execute(
-        drain_s if drain_s is not None else max(5.0, scenario.duration_s / 5), progress
+        drain_s if drain_s is not None else max(5.0, scenario.duration_s / 5),
+        options.get("progress"),
     )
 
 

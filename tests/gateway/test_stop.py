@@ -104,23 +104,37 @@ async def ended_within(
     return errors, refused.value
 
 
-async def test_stop_ends_every_request_with_an_error(
+@pytest.mark.parametrize("how", ["stop", "unload"])
+async def test_stop_or_unload_ends_every_request_with_an_error(
     hass: HomeAssistant,
     gateway: Gateway,
     init_integration: MockConfigEntry,
     sim: SimulatedServer,
+    how: str,
 ) -> None:
-    """Home Assistant stops: error event, error line, 503 + Retry-After; the server is freed."""
+    """Home Assistant stops, or the server's entry unloads: every request ends within 2 s.
+
+    An error event, an error line, a 503 + Retry-After; the server is freed (an unload is a
+    reload or a removal).
+    """
     readers, waiting = await streams_and_a_waiting_request(gateway, init_integration)
 
-    errors, refused = await ended_within(hass.async_stop, readers, waiting)
+    async def unload() -> None:
+        assert await hass.config_entries.async_unload(init_integration.entry_id)
 
-    assert all("Home Assistant is stopping" in error for error in errors)
+    errors, refused = await ended_within(
+        hass.async_stop if how == "stop" else unload, readers, waiting
+    )
+
+    said = {"stop": "Home Assistant is stopping", "unload": "shutting down"}[how]
+    assert all(said in error for error in errors)
     assert refused.status_code == 503
-    assert refused.code == "shutting_down"
+    if how == "stop":
+        assert refused.code == "shutting_down"
     assert refused.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
     await async_wait_for(lambda: not sim.engine.running)
-    assert sim.engine.stats.cancelled_total == 2
+    if how == "stop":
+        assert sim.engine.stats.cancelled_total == 2
 
 
 async def test_a_request_during_the_stop_is_refused(
@@ -150,23 +164,3 @@ async def test_a_request_during_the_stop_is_refused(
     assert sim.requests_seen == []
     release.set()
     await stopping
-
-
-async def test_unload_ends_every_request_with_an_error(
-    hass: HomeAssistant,
-    gateway: Gateway,
-    init_integration: MockConfigEntry,
-    sim: SimulatedServer,
-) -> None:
-    """The server's entry unloads (a reload, a removal): the same, within 2 s."""
-    readers, waiting = await streams_and_a_waiting_request(gateway, init_integration)
-
-    async def unload() -> None:
-        assert await hass.config_entries.async_unload(init_integration.entry_id)
-
-    errors, refused = await ended_within(unload, readers, waiting)
-
-    assert all("shutting down" in error for error in errors)
-    assert refused.status_code == 503
-    assert refused.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
-    await async_wait_for(lambda: not sim.engine.running)

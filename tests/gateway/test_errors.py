@@ -210,40 +210,38 @@ async def test_full_queue_and_spent_quota_are_429(
     assert spent.value.response.headers["Retry-After"] == "300"
 
 
+@pytest.mark.parametrize(
+    "seen_down",
+    [True, False],
+    ids=["polled down: does not answer", "gone since the poll: cannot connect"],
+)
 async def test_server_down_is_503(
-    gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
+    gateway: Gateway,
+    init_integration: MockConfigEntry,
+    sim: SimulatedServer,
+    seen_down: bool,
 ) -> None:
-    """A server that stopped answering is a 503 that says why, in both shapes."""
+    """A server that stopped answering is a 503 that says why, in both shapes, to retry later.
+
+    Seen down by a poll it "does not answer"; gone since the last poll, the request "cannot
+    connect".
+    """
     client = await gateway.add_client(init_integration)
     await sim.stop()
-    await init_integration.runtime_data.server.async_refresh()
+    if seen_down:
+        await init_integration.runtime_data.server.async_refresh()
 
     with pytest.raises(openai.APIStatusError) as down:
         await gateway.openai(client.api_key).chat.completions.create(
             model=MODEL, messages=HELLO
         )
     assert down.value.status_code == 503
-    assert "does not answer" in down.value.message
+    assert ("does not answer" if seen_down else "cannot connect") in down.value.message
     assert down.value.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
-    with pytest.raises(ollama.ResponseError) as ollama_down:
-        await gateway.ollama(client.api_key).chat(model=MODEL, messages=HELLO)
-    assert ollama_down.value.status_code == 503
-
-
-async def test_cannot_connect_is_503_with_retry_after(
-    gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
-) -> None:
-    """A server gone since the last poll: the request cannot connect, a 503 to retry later."""
-    client = await gateway.add_client(init_integration)
-    await sim.stop()
-
-    with pytest.raises(openai.APIStatusError) as down:
-        await gateway.openai(client.api_key).chat.completions.create(
-            model=MODEL, messages=HELLO
-        )
-    assert down.value.status_code == 503
-    assert "cannot connect" in down.value.message
-    assert down.value.response.headers["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
+    if seen_down:
+        with pytest.raises(ollama.ResponseError) as ollama_down:
+            await gateway.ollama(client.api_key).chat(model=MODEL, messages=HELLO)
+        assert ollama_down.value.status_code == 503
 
 
 async def test_error_after_the_first_token_ends_the_stream(

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 import json
 import os
 import sys
@@ -31,8 +30,7 @@ from homeassistant.core import HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from tests.support.entries import async_llama_entry
-from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.llamacpp import LlamaServer
 
 from .conftest import ClientKey, Gateway
 
@@ -44,21 +42,6 @@ OK: Final = "ok"
 MESSAGES: Final = [{"role": "user", "content": "Is the kitchen light on?"}]
 
 pytestmark = pytest.mark.llamacpp
-
-
-@pytest.fixture(scope="session")
-def soak_llama_server() -> Iterator[LlamaServer]:
-    """Run the real llama-server (4 slots) for the run."""
-    yield from session_llama_server()
-
-
-@pytest.fixture
-async def llama_entry(
-    hass: HomeAssistant, gateway: Gateway, soak_llama_server: LlamaServer
-) -> AsyncIterator[MockConfigEntry]:
-    """Set up LLM Lanes for the real server, with its default settings."""
-    async with async_llama_entry(hass, soak_llama_server, "llama.cpp (soak)") as entry:
-        yield entry
 
 
 async def _outcome(response: aiohttp.ClientResponse, kind: str) -> tuple[str, str]:
@@ -130,7 +113,7 @@ async def test_gateway_soak(
     hass: HomeAssistant,
     gateway: Gateway,
     llama_entry: MockConfigEntry,
-    soak_llama_server: LlamaServer,
+    gateway_llama_server: LlamaServer,
 ) -> None:
     """Send the requests, print the outcomes by kind, and fail on any error.
 
@@ -141,7 +124,7 @@ async def test_gateway_soak(
     debug = loop.get_debug()
     loop.set_debug(False)
     try:
-        await _soak(gateway, llama_entry, soak_llama_server.model_name)
+        await _soak(gateway, llama_entry, gateway_llama_server.model_name)
     finally:
         loop.set_debug(debug)
 

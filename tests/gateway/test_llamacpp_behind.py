@@ -7,16 +7,13 @@ its slot at the server (``/slots``) is free again at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 
-from homeassistant.core import HomeAssistant
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.lanes import Lane
-from tests.support.entries import async_llama_entry
-from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.llamacpp import LlamaServer
 from tests.support.requests import async_wait_for, finished_requests
 
 from .conftest import Gateway
@@ -25,21 +22,6 @@ from .samples import delta_texts, long_stream
 pytestmark = pytest.mark.llamacpp
 
 HELLO = [{"role": "user", "content": "Tell me about the kitchen lights."}]
-
-
-@pytest.fixture(scope="session")
-def gateway_llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server for the gateway tests of the session."""
-    yield from session_llama_server()
-
-
-@pytest.fixture
-async def llama_entry(
-    hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
-) -> AsyncIterator[MockConfigEntry]:
-    """Set up an LLM Lanes entry for the real server (after the gateway's app runs)."""
-    async with async_llama_entry(hass, gateway_llama_server, "llama.cpp (real)") as entry:
-        yield entry
 
 
 async def test_both_endpoints_in_front_of_llama_server(

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from homeassistant import config_entries
 from homeassistant.components import conversation
-from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
 from homeassistant.const import CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.helpers import intent, issue_registry as ir
-from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -25,6 +23,7 @@ from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.repairs import small_context_issue_id
 from tools.simulator.server import SimConfig, SimulatedServer
 
+from .support.entities import async_expose_lights
 from .support.requests import async_call_action, finished_requests
 
 SLOTS = 4
@@ -134,13 +133,7 @@ async def test_an_assist_turn_too_long_for_the_slot_is_refused_clearly(
     It names the prompt, the answer and the slot, and says what to change; nothing reaches the
     server. A short chat without Home Assistant's tools still fits and is answered.
     """
-    assert await async_setup_component(hass, "intent", {})
-    for index in range(40):
-        entity_id = f"light.room_{index}"
-        hass.states.async_set(
-            entity_id, "off", {"friendly_name": f"Room {index} light"}
-        )
-        async_expose_entity(hass, conversation.DOMAIN, entity_id, True)
+    await async_expose_lights(hass, 40)
     finished = finished_requests(init_integration)
 
     result = await conversation.async_converse(
@@ -168,26 +161,18 @@ async def test_summarize_trims_instead_of_refusing(
     hass: HomeAssistant, init_integration: MockConfigEntry
 ) -> None:
     """An 8-token instruction and a 300-token text run; a 3,000-token one is trimmed, noted."""
-    response = await async_call_action(
-        hass,
-        "summarize",
-        text="The boiler ran for three hours. " * 37,
-        instructions="Summarize it in one sentence.",
-        run_now=True,
-        wait=True,
-    )
-    assert response["status"] == "done"
-    assert response["text"]
-    assert response["prompt_note"] is None
-
-    response = await async_call_action(
-        hass,
-        "summarize",
-        text="The boiler ran for three hours. " * 370,
-        instructions="Summarize it in one sentence.",
-        run_now=True,
-        wait=True,
-    )
-    assert response["status"] == "done"
+    for repeats in (37, 370):
+        response = await async_call_action(
+            hass,
+            "summarize",
+            text="The boiler ran for three hours. " * repeats,
+            instructions="Summarize it in one sentence.",
+            run_now=True,
+            wait=True,
+        )
+        assert response["status"] == "done"
+        assert response["text"]
+        if repeats == 37:
+            assert response["prompt_note"] is None
     assert "trimmed to fit the context limit of 768 tokens" in response["prompt_note"]
     assert response["prompt_tokens"] <= 768

@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 
 from homeassistant.components import conversation
-from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.helpers import intent, issue_registry as ir
-from homeassistant.setup import async_setup_component
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -26,6 +24,7 @@ from custom_components.llm_lanes.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.repairs import small_context_issue_id
+from tests.support.entities import async_expose_lights
 from tests.support.entries import async_llama_entry
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, session_llama_server
 from tests.support.requests import async_call_action, finished_requests
@@ -83,13 +82,7 @@ async def test_an_assist_sized_turn_gets_a_clear_error(
     hass: HomeAssistant, small_entry: MockConfigEntry
 ) -> None:
     """Assist's prompt with 40 exposed lights and its tools: refused, translated, unsent."""
-    assert await async_setup_component(hass, "intent", {})
-    for index in range(40):
-        entity_id = f"light.room_{index}"
-        hass.states.async_set(
-            entity_id, "off", {"friendly_name": f"Room {index} light"}
-        )
-        async_expose_entity(hass, conversation.DOMAIN, entity_id, True)
+    await async_expose_lights(hass, 40)
     finished = finished_requests(small_entry)
     result = await conversation.async_converse(
         hass,

@@ -5,9 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from homeassistant.components import conversation
+from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
 from homeassistant.const import ATTR_ENTITY_ID
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import entity_registry as er
+from homeassistant.setup import async_setup_component
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import (
     MockConfigEntry,
@@ -69,3 +72,12 @@ async def async_set_options(
     """Change some of the entry's options (as the options flow would) and let them apply."""
     hass.config_entries.async_update_entry(entry, options={**entry.options, **options})
     await hass.async_block_till_done()
+
+
+async def async_expose_lights(hass: HomeAssistant, count: int) -> None:
+    """Give Assist ``count`` lights to control (an Assist prompt that grows with the house)."""
+    assert await async_setup_component(hass, "intent", {})
+    for index in range(count):
+        entity_id = f"light.room_{index}"
+        hass.states.async_set(entity_id, "off", {"friendly_name": f"Room {index} light"})
+        async_expose_entity(hass, conversation.DOMAIN, entity_id, True)

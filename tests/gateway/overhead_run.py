@@ -40,6 +40,7 @@ from tests.support.entries import MODEL
 from tools.simulator.server import SimConfig
 
 from .conftest import Gateway
+from .samples import stream_lines
 
 ROUNDS = 200
 STREAMS = 200
@@ -96,11 +97,7 @@ async def _stream(
         headers={"Authorization": f"Bearer {key}"},
     ) as response:
         assert response.status == 200, await response.text()
-        async for raw in response.content:
-            line = raw.strip()
-            if not line.startswith(b"data: "):
-                continue
-            payload = line.removeprefix(b"data: ")
+        async for payload in stream_lines(response, events=True):
             if payload == b"[DONE]":
                 done = True
                 continue

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import aiohttp
 import openai
 from openai import AsyncStream
 from openai.types.chat import ChatCompletionChunk
@@ -53,3 +54,21 @@ def delta_texts(events: Sequence[ChatCompletionChunk]) -> list[str]:
         for event in events
         if event.choices and (text := event.choices[0].delta.content)
     ]
+
+
+async def stream_lines(
+    response: aiohttp.ClientResponse, *, events: bool
+) -> AsyncIterator[bytes]:
+    """Read a streamed answer line by line, blank lines left out.
+
+    With ``events`` (the OpenAI endpoint's server-sent events) only the ``data:`` lines, their
+    prefix removed (``[DONE]`` included); else every NDJSON line (Ollama's).
+    """
+    async for raw in response.content:
+        line = raw.strip()
+        if events:
+            if not line.startswith(b"data: "):
+                continue
+            line = line.removeprefix(b"data: ")
+        if line:
+            yield line

@@ -33,6 +33,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from tests.support.llamacpp import LlamaServer
 
 from .conftest import ClientKey, Gateway
+from .samples import stream_lines
 
 REQUESTS: Final = int(os.environ.get("SOAK_REQUESTS", "300"))
 CONCURRENCY: Final = int(os.environ.get("SOAK_CONCURRENCY", "16"))
@@ -58,16 +59,9 @@ async def _outcome(response: aiohttp.ClientResponse, kind: str) -> tuple[str, st
         body = await response.json()
         return (OK, "") if body["choices"] else ("no choices", str(body))
     ended = False
-    async for raw in response.content:
-        line = raw.strip()
-        if kind == "openai stream":
-            if not line.startswith(b"data: "):
-                continue
-            line = line.removeprefix(b"data: ")
-            if line == b"[DONE]":
-                ended = True
-                continue
-        if not line:
+    async for line in stream_lines(response, events=kind == "openai stream"):
+        if line == b"[DONE]":
+            ended = True
             continue
         event = json.loads(line)
         if "error" in event:

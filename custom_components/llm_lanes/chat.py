@@ -21,11 +21,10 @@ from custom_components.llm_lanes.core.model import (
     ToolSpec,
 )
 from custom_components.llm_lanes.core.scheduler import Scheduler
-from custom_components.llm_lanes.core.slot_context import fits
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 from custom_components.llm_lanes.error_translation import (
+    refuse_unless_fits,
     translated_errors,
-    validation_error,
 )
 
 MAX_TOOL_ITERATIONS = 10
@@ -92,13 +91,7 @@ def _refuse_unless_fits(
     """Refuse a turn the server's slot cannot hold beside its default answer (translated)."""
     prompt = estimate_prompt_tokens(request)
     output = scheduler.settings.lanes[lane].default_output_tokens
-    if not fits(prompt, output, context):
-        raise validation_error(
-            "prompt_exceeds_slot",
-            prompt_tokens=str(prompt),
-            output_tokens=str(output),
-            context=str(context),
-        )
+    refuse_unless_fits("prompt_exceeds_slot", prompt, output, context)
 
 
 async def async_run_chat_log(

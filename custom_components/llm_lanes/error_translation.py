@@ -18,6 +18,7 @@ from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 
 from custom_components.llm_lanes.const import DOMAIN
 from custom_components.llm_lanes.core.errors import REFUSALS, LanesError
+from custom_components.llm_lanes.core.slot_context import fits
 
 
 def validation_error(
@@ -29,6 +30,22 @@ def validation_error(
         translation_key=translation_key,
         translation_placeholders=placeholders or None,
     )
+
+
+def refuse_unless_fits(
+    translation_key: str, prompt_tokens: int, output_tokens: int, context: int | None
+) -> None:
+    """Raise the translated ``translation_key`` error, with the numbers, when a request cannot fit.
+
+    ``context`` is what one request may hold at the server (its slot); None: unknown, it fits.
+    """
+    if not fits(prompt_tokens, output_tokens, context):
+        raise validation_error(
+            translation_key,
+            prompt_tokens=str(prompt_tokens),
+            output_tokens=str(output_tokens),
+            context=str(context),
+        )
 
 
 def failure(translation_key: str, **placeholders: str) -> HomeAssistantError:

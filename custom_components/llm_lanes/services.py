@@ -43,9 +43,9 @@ from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
-from custom_components.llm_lanes.core.slot_context import fits
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 from custom_components.llm_lanes.error_translation import (
+    refuse_unless_fits,
     translated_errors,
     validation_error,
 )
@@ -190,14 +190,12 @@ def _refuse_unless_fits(
         # Named as the caller named it (the action's field is max_tokens).
         named = breach.naming(ATTR_MAX_TOKENS)
         raise validation_error(named.translation_key, **named.placeholders)
-    context = entry.runtime_data.server.context_per_slot
-    if not fits(prompt_tokens, output_tokens, context):
-        raise validation_error(
-            "context_exceeded",
-            prompt_tokens=str(prompt_tokens),
-            output_tokens=str(output_tokens),
-            context=str(context),
-        )
+    refuse_unless_fits(
+        "context_exceeded",
+        prompt_tokens,
+        output_tokens,
+        entry.runtime_data.server.context_per_slot,
+    )
     if breach is not None:
         raise validation_error(breach.translation_key, **breach.placeholders)
 

@@ -189,5 +189,7 @@ async def llama_entry(
     hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up an LLM Lanes entry for the real server (after the gateway's app runs), defaults."""
-    async with async_llama_entry(hass, gateway_llama_server, "llama.cpp (real)") as entry:
+    async with async_llama_entry(
+        hass, gateway_llama_server, "llama.cpp (real)"
+    ) as entry:
         yield entry

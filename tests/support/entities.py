@@ -79,5 +79,7 @@ async def async_expose_lights(hass: HomeAssistant, count: int) -> None:
     assert await async_setup_component(hass, "intent", {})
     for index in range(count):
         entity_id = f"light.room_{index}"
-        hass.states.async_set(entity_id, "off", {"friendly_name": f"Room {index} light"})
+        hass.states.async_set(
+            entity_id, "off", {"friendly_name": f"Room {index} light"}
+        )
         async_expose_entity(hass, conversation.DOMAIN, entity_id, True)

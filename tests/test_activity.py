@@ -65,6 +65,9 @@ async def test_request_finished_event(
     assert data["met_itl"] is finished.met_itl
     assert data["met_objectives"] is finished.met_objectives
     assert data["preemptions"] == 0
+    # Sent to this server itself: it ended there, and no pool moved it.
+    assert data["server"] == entry.entry_id
+    assert (data["pool"], data["failovers"], data["resumed_on"]) == (False, 0, None)
     assert SECRET_PROMPT not in repr(data)
     assert result.text not in repr(data)
 

@@ -8,6 +8,7 @@ from typing import Any
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.exceptions import ConfigEntryNotReady
 from homeassistant.helpers import config_validation as cv, device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.dispatcher import async_dispatcher_send
@@ -19,6 +20,7 @@ from custom_components.llm_lanes.const import (
     CONF_KIND,
     CONF_MODEL,
     DOMAIN,
+    LOGGER,
     SUBENTRY_CLIENT,
 )
 from custom_components.llm_lanes.coordinator import (
@@ -27,6 +29,7 @@ from custom_components.llm_lanes.coordinator import (
     LLMLanesRuntimeData,
     PollCoordinator,
 )
+from custom_components.llm_lanes.core.availability import ServerState
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
@@ -42,6 +45,7 @@ from custom_components.llm_lanes.entry_defaults import (
 )
 from custom_components.llm_lanes.gateway import async_register_gateway
 from custom_components.llm_lanes.gateway.clients import client_quotas
+from custom_components.llm_lanes.household import household_of
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.recalibration import NightlyRecalibration
 from custom_components.llm_lanes.jobs.store import JobStore
@@ -54,6 +58,7 @@ from custom_components.llm_lanes.requesters import (
 from custom_components.llm_lanes.services import async_setup_services
 from custom_components.llm_lanes.settings_options import (
     job_settings_from_options,
+    pool_options,
     settings_from_options,
 )
 
@@ -112,17 +117,26 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         entry.data.get(CONF_API_KEY),
     )
     server = PollCoordinator(hass, entry, backend)
-    await server.async_config_entry_first_refresh()
+    try:
+        await server.async_config_entry_first_refresh()
+    except ConfigEntryNotReady:
+        if pool_options(entry.options).wake_entity is None:
+            raise
+        # A machine that sleeps until its wake entity starts it: set up asleep, woken for work.
+        LOGGER.info("%s does not answer: set up asleep", entry.title)
 
-    scheduler = Scheduler(backend, scheduler_settings(entry, server))
-    activity = ActivityCoordinator(hass, entry, scheduler)
+    home = household_of(hass)
+    scheduler = Scheduler(
+        backend, scheduler_settings(entry, server), quotas=home.quotas
+    )
+    activity = ActivityCoordinator(hass, entry, scheduler, is_attempt=home.is_attempt)
     jobs = JobManager(
         hass,
         entry.entry_id,
         scheduler,
         model=entry.data[CONF_MODEL],
         settings=job_settings_from_options(entry.options),
-        reachable=lambda: server.last_update_success,
+        route=home.job_route(entry),
     )
     async_remove_deleted_client_sensors(hass, entry)
     requesters = RequesterRegistry(requesters_with_sensors(hass, entry.entry_id))
@@ -140,10 +154,13 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         recalibration=NightlyRecalibration(hass, entry),
         data=dict(entry.data),
         subentries=subentry_signature(entry),
+        sleeps=lambda: (
+            home.state(entry.entry_id) in (ServerState.ASLEEP, ServerState.WAKING)
+        ),
     )
     entry.async_on_unload(scheduler.close)
     entry.async_on_unload(scheduler.add_listener(server.async_request_finished))
-    entry.async_on_unload(server.async_add_listener(_server_listener(entry)))
+    entry.async_on_unload(server.async_add_listener(_server_listener(hass, entry)))
     await activity.async_setup()
     await jobs.async_start()
     # Unload callbacks run last-in first-out: running jobs stop (and are kept as interrupted)
@@ -163,6 +180,11 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
     async_track_calibration(hass, entry)
     entry.async_on_unload(entry.runtime_data.recalibration.async_start())
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
+    # Last: the household's pool sends work to the server only once it is all set up, and it
+    # leaves the pool before anything of it is taken down (unload callbacks run last first).
+    await home.async_join(entry)
+    entry.async_on_unload(lambda: home.async_leave(entry))
+    jobs.reachability_changed()  # a server that can be woken takes its jobs now
     return True
 
 
@@ -218,6 +240,10 @@ def async_apply_options(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> None
     runtime.jobs.update_settings(
         job_settings_from_options(entry.options, runtime.jobs.settings)
     )
+    home = household_of(hass)
+    if home.is_member(entry.entry_id):
+        home.async_schedule_update()  # its lanes' ranks, wake and sleep entities
+        runtime.jobs.reachability_changed()
     async_dispatcher_send(hass, options_applied_signal(entry.entry_id))
 
 
@@ -235,19 +261,37 @@ def scheduler_settings(
     return replace(settings, requester_quotas=quotas)
 
 
-def _server_listener(entry: LLMLanesConfigEntry) -> CALLBACK_TYPE:
-    """Follow the server's polls: its slots and context bound the settings, jobs need it up."""
+def _server_listener(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> CALLBACK_TYPE:
+    """Follow the server's polls: its slots and context bound the settings, jobs need it up.
+
+    The household's pool hears of each poll too, and of what the server now serves.
+    """
     server = entry.runtime_data.server
     limits = (server.slots, server.context_per_slot)
     reachable = server.last_update_success
+    models = server.data.info.models if server.data is not None else ()
 
     @callback
     def polled() -> None:
-        nonlocal limits, reachable
+        nonlocal limits, reachable, models
         runtime = entry.runtime_data
+        home = household_of(hass)
+        home.report(
+            entry.entry_id,
+            answers=server.last_update_success,
+            waiting=server.data.metrics.requests_waiting
+            if server.data is not None
+            else None,
+        )
         if (server.slots, server.context_per_slot) != limits:
             limits = (server.slots, server.context_per_slot)
             runtime.scheduler.update_settings(scheduler_settings(entry, server))
+            if home.is_member(entry.entry_id):
+                home.async_schedule_update()
+        if server.data is not None and server.data.info.models != models:
+            models = server.data.info.models
+            if home.is_member(entry.entry_id):
+                home.async_schedule_update()
         if server.last_update_success != reachable:
             reachable = server.last_update_success
             runtime.jobs.reachability_changed()

@@ -20,6 +20,8 @@ from custom_components.llm_lanes.core.model import (
     ToolCall,
     ToolSpec,
 )
+from custom_components.llm_lanes.core.pool import ServerPool
+from custom_components.llm_lanes.core.router import ANY_MODEL
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 from custom_components.llm_lanes.error_translation import (
@@ -95,7 +97,7 @@ def _refuse_unless_fits(
 
 
 async def async_run_chat_log(
-    scheduler: Scheduler,
+    target: Scheduler | ServerPool,
     chat_log: conversation.ChatLog,
     *,
     agent_id: str,
@@ -112,6 +114,10 @@ async def async_run_chat_log(
     the server) is refused before anything is sent, with the numbers and what to change: it is
     not trimmed, because most of it is Assist's own prompt (the exposed entities, the tools), and
     an agent that cannot see them would act on part of the home without saying so.
+
+    Through the household's pool (``target`` a ``ServerPool``) the request names no model: each
+    server runs it as its own; a server whose slot cannot hold the turn is passed over, and the
+    pool refuses it (translated) when no server can take it.
     """
     tools: tuple[ToolSpec, ...] = ()
     if chat_log.llm_api is not None:
@@ -119,19 +125,21 @@ async def async_run_chat_log(
             tool_spec(tool, chat_log.llm_api) for tool in chat_log.llm_api.tools
         )
     temperature = settings.get(CONF_TEMPERATURE)
+    pooled = isinstance(target, ServerPool)
     for _iteration in range(MAX_TOOL_ITERATIONS):
         request = ChatRequest(
-            model=settings[CONF_MODEL],
+            model=ANY_MODEL if pooled else settings[CONF_MODEL],
             messages=tuple(chat_message(content) for content in chat_log.content),
             tools=tools,
             temperature=float(temperature) if temperature is not None else None,
             json_schema=json_schema,
         )
-        _refuse_unless_fits(scheduler, request, lane, context_per_slot)
+        if not isinstance(target, ServerPool):
+            _refuse_unless_fits(target, request, lane, context_per_slot)
         # Closing the stream when the chat log stops early frees the slot at once.
         with translated_errors():
             async with contextlib.aclosing(
-                scheduler.stream(request, lane=lane, requester=requester)
+                target.stream(request, lane=lane, requester=requester)
             ) as stream:
                 async for _content in chat_log.async_add_delta_content_stream(
                     agent_id, _deltas(stream)

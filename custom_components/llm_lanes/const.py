@@ -66,6 +66,22 @@ LANE_OPTION_LIMITS: Final = (
 )
 """Lane limits the options flow edits; stored under ``options[<lane key>][<limit>]``."""
 
+# The household's pool (options section ``pool``): where this server stands for each lane, and
+# the entities that wake it and put it to sleep.
+OPT_POOL: Final = "pool"
+POOL_RANK: Final = "{lane}_rank"
+"""The key of a lane's rank in the pool section: 1 first choice, 2 second...; 0 never."""
+POOL_RANKS: Final = (1, 2, 3, 4)
+OPT_WAKE_ENTITY: Final = "wake_entity"
+"""A ``button`` (pressed) or ``switch`` (turned on) that starts the server's machine."""
+OPT_SLEEP_ENTITY: Final = "sleep_entity"
+"""A ``button`` (pressed) or ``switch`` (turned off) that puts the machine to sleep."""
+OPT_IDLE_SLEEP_MINUTES: Final = "idle_sleep_minutes"
+"""Idle minutes after its work before the machine is put to sleep (0: never)."""
+OPT_WAKE_LIMIT_S: Final = "wake_limit_s"
+"""How long a woken server is given to answer."""
+POWER_DOMAINS: Final = ("button", "switch")
+
 DEFAULT_NIGHTLY_START: Final = "01:00:00"
 DEFAULT_NIGHTLY_END: Final = "06:00:00"
 
@@ -76,6 +92,10 @@ CONF_PROMPT: Final = "prompt"
 CONF_LLM_HASS_API: Final = "llm_hass_api"
 CONF_TEMPERATURE: Final = "temperature"
 DEFAULT_TEMPERATURE: Final = 0.7
+
+CONF_POOL: Final = "pool"
+"""On an agent, an AI Task entity or a client: send its requests to the household's pool (every
+loaded server, routed per request) instead of this server alone."""
 
 # Client subentries: apps outside Home Assistant that reach the server through the gateway.
 SUBENTRY_CLIENT: Final = "client"

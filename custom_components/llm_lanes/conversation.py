@@ -23,6 +23,7 @@ from custom_components.llm_lanes.entity import (
     LLMLanesSubentryEntity,
     subentry_platform_setup,
 )
+from custom_components.llm_lanes.household import household_of
 from custom_components.llm_lanes.requesters import device_requester, user_requester
 
 PARALLEL_UPDATES = 0
@@ -82,7 +83,12 @@ class LLMLanesConversationEntity(
 
         The scheduler holds back long background prompts and the background streams beyond the
         learned limit for a few seconds, and a server that unloaded the model reloads it now.
+        An agent of the pool prepares the server the command will go to, and starts waking the
+        sleeping servers voice prefers to it, for the follow-up.
         """
+        if self.uses_pool:
+            await household_of(self.hass).async_prepare()
+            return
         runtime = self.entry.runtime_data
         runtime.scheduler.prepare(Lane.VOICE)
         await runtime.server.async_ensure_model_loaded()

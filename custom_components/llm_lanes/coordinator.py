@@ -6,7 +6,8 @@ loaded. Its poll interval says whether the server answers: ``SERVER_POLL_INTERVA
 seconds. Requests tell it sooner than a poll would: one that cannot connect marks the server down
 at once (and has it polled), one that times out or is cut short has the server polled at once.
 
-``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished event. It
+``ActivityCoordinator`` holds the scheduler's snapshots and fires the request-finished event (of
+the requests sent to this server itself: the household's pool reports its own). It
 polls nothing: snapshots are pushed to it, through one debouncer, so a server's entities are
 updated at most once a second however busy it is. The scheduler tells it when a request leaves,
 never about individual tokens, and a timer asks for a snapshot every few seconds while requests
@@ -17,7 +18,7 @@ more slowly when idle (so windowed rates decay to zero and newly started request
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -84,6 +85,8 @@ class LLMLanesRuntimeData:
     """Subentries the entities were built from (id -> type, title, data); a change reloads."""
     device_id: str = ""
     """Device registry id of the server's device (the agents' devices hang off it)."""
+    sleeps: Callable[[], bool] = lambda: False
+    """Whether the household's pool has the server asleep (or waking): its silence is no outage."""
 
 
 type LLMLanesConfigEntry = ConfigEntry[LLMLanesRuntimeData]
@@ -437,11 +440,20 @@ class PollCoordinator(EntryCoordinator[PollResult]):
 
 
 def request_finished_event_data(
-    entry_id: str, finished: FinishedRequest
+    entry_id: str | None, finished: FinishedRequest, *, pool: bool = False
 ) -> dict[str, Any]:
-    """Build the data of ``llm_lanes_request_finished`` (never any prompt or answer text)."""
+    """Build the data of ``llm_lanes_request_finished`` (never any prompt or answer text).
+
+    ``server`` is the entry id of the server the request ended on (that of ``entry_id``, its
+    scheduler's, unless the household's pool routed it: ``pool``; None when no server took it);
+    ``failovers`` and ``resumed_on`` say how the pool moved it.
+    """
     return {
         "config_entry_id": entry_id,
+        "server": finished.server if pool else entry_id,
+        "pool": pool,
+        "failovers": finished.failovers,
+        "resumed_on": finished.resumed_on,
         "request_id": finished.request_id,
         "lane": finished.lane.key,
         "requester": finished.requester,
@@ -470,11 +482,21 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
     """
 
     def __init__(
-        self, hass: HomeAssistant, entry: LLMLanesConfigEntry, scheduler: Scheduler
+        self,
+        hass: HomeAssistant,
+        entry: LLMLanesConfigEntry,
+        scheduler: Scheduler,
+        *,
+        is_attempt: Callable[[FinishedRequest], bool] = lambda _: False,
     ) -> None:
-        """Follow ``scheduler``; nothing happens until ``async_setup``."""
+        """Follow ``scheduler``; nothing happens until ``async_setup``.
+
+        ``is_attempt`` tells the attempts of the household pool's requests, which the pool
+        reports itself (once per request, wherever it ended): their event is left out here.
+        """
         super().__init__(hass, entry, "activity", update_interval=None)
         self.scheduler = scheduler
+        self._is_attempt = is_attempt
         self._snapshots: Debouncer[None] = Debouncer(
             hass,
             LOGGER,
@@ -529,10 +551,11 @@ class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):
     @callback
     def _async_request_finished(self, finished: FinishedRequest) -> None:
         """Fire the event for one finished request and ask for a fresh snapshot."""
-        self.hass.bus.async_fire(
-            EVENT_REQUEST_FINISHED,
-            request_finished_event_data(self.config_entry.entry_id, finished),
-        )
+        if not self._is_attempt(finished):
+            self.hass.bus.async_fire(
+                EVENT_REQUEST_FINISHED,
+                request_finished_event_data(self.config_entry.entry_id, finished),
+            )
         self._snapshots.async_schedule_call()
 
     @callback

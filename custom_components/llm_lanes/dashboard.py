@@ -6,7 +6,8 @@ for the dashboard over the websocket (``llm_lanes/dashboard``), so the view alwa
 entities the servers have now (their ids as the user renamed them, new requesters). *Take control*
 in the dashboard's menu turns it into cards the user can edit.
 
-Each view shows, per lane, time to first token and inter-token latency over the last day, queue
+With several servers a first view shows them side by side (``servers_view``: the household's
+pool). Each server's view shows, per lane, time to first token and inter-token latency over the last day, queue
 depth and sequences in flight, goodput, the requests each lane served, tokens per requester per
 day and tonight's jobs. The latency graphs show the lanes that have served requests (all lanes
 until one has, or when none of those has its figure enabled). Figures that start disabled (the
@@ -95,13 +96,13 @@ def dashboard_config(
                 }
             ],
         }
-    return {
-        "title": "LLM Lanes",
-        "views": [
-            server_view(hass, entry, index, admin=admin)
-            for index, entry in enumerate(entries)
-        ],
-    }
+    views = [
+        server_view(hass, entry, index, admin=admin)
+        for index, entry in enumerate(entries)
+    ]
+    if len(entries) > 1:
+        views.insert(0, servers_view(hass, entries))
+    return {"title": "LLM Lanes", "views": views}
 
 
 type Row = dict[str, str]
@@ -350,4 +351,62 @@ def _disabled_note(disabled: list[str]) -> dict[str, Any]:
         + ", ".join(sorted(disabled))
         + ". Enable them in *Settings → Devices & services → Entities* "
         "(select them, then *Enable selected*).",
+    }
+
+
+# --- several servers: the household's pool ------------------------------------------------------
+
+
+def servers_view(
+    hass: HomeAssistant, entries: list[LLMLanesConfigEntry]
+) -> dict[str, Any]:
+    """Build the view of the household's servers side by side, and where each lane goes now.
+
+    One section per server: its state in the pool, whether it answers, its goodput, load and
+    voice's time to first token, and the pool's requests it served and lost to a failover.
+    """
+    sections = []
+    for entry in entries:
+        entities = _Entities(hass, entry)
+        section = _section(
+            entry.title,
+            *_tiles(
+                [
+                    entities.get(Platform.SENSOR, "pool_state"),
+                    entities.get(Platform.BINARY_SENSOR, "server_reachable"),
+                    entities.get(Platform.SENSOR, "goodput"),
+                    entities.get(Platform.SENSOR, "in_flight"),
+                    entities.get(Platform.SENSOR, "voice_ttft_p95"),
+                    entities.get(Platform.SENSOR, "pool_requests_served"),
+                    entities.get(Platform.SENSOR, "pool_failovers"),
+                ]
+            ),
+        )
+        sections.append(section)
+    first = _Entities(hass, entries[0])
+    states = [
+        row
+        for entry in entries
+        if (row := _Entities(hass, entry).get(Platform.SENSOR, "pool_state"))
+    ]
+    sections.append(
+        _section(
+            "Where each lane goes",
+            _list(
+                None,
+                [
+                    first.get(Platform.SENSOR, f"{lane.key}_pool_server")
+                    for lane in LANES
+                ],
+            ),
+            _history("Servers in the pool", states),
+        )
+    )
+    return {
+        "type": "sections",
+        "title": "Servers",
+        "path": "servers",
+        "icon": "mdi:server-network",
+        "max_columns": min(len(entries), 4),
+        "sections": sections,
     }

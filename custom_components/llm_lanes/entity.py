@@ -30,7 +30,7 @@ from yarl import URL
 
 from custom_components.llm_lanes.authorization import async_require_admin
 from custom_components.llm_lanes.chat import async_run_chat_log
-from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN
+from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, CONF_POOL, DOMAIN
 from custom_components.llm_lanes.coordinator import (
     ActivityCoordinator,
     LLMLanesConfigEntry,
@@ -40,6 +40,7 @@ from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_p
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.entry_defaults import default_names
+from custom_components.llm_lanes.household import household_of
 from custom_components.llm_lanes.jobs.manager import JobManager
 
 
@@ -242,6 +243,16 @@ class LLMLanesSubentryEntity(ServerEntity):
         """The subentry's settings, over the entry's (model)."""
         return {**self.entry.data, **self.subentry.data}
 
+    @property
+    def uses_pool(self) -> bool:
+        """Whether its requests go to the household's pool rather than this server alone."""
+        return bool(self.subentry.data.get(CONF_POOL))
+
+    @property
+    def available(self) -> bool:
+        """Whether it can answer: its server answers, or (set to the pool) always."""
+        return self.uses_pool or super().available
+
     async def _async_answer(
         self,
         chat_log: conversation.ChatLog,
@@ -250,10 +261,13 @@ class LLMLanesSubentryEntity(ServerEntity):
         requester: str,
         json_schema: dict[str, Any] | None = None,
     ) -> None:
-        """Answer the chat log through the server's scheduler (within the server's slot)."""
+        """Answer the chat log through the server's scheduler (within the server's slot).
+
+        A subentry set to the pool (``CONF_POOL``) answers through the household's pool.
+        """
         runtime = self.entry.runtime_data
         await async_run_chat_log(
-            runtime.scheduler,
+            household_of(self.hass).pool if self.uses_pool else runtime.scheduler,
             chat_log,
             agent_id=self.entity_id,
             settings=self.settings,

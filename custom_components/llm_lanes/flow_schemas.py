@@ -3,7 +3,9 @@
 The options form shows some settings as a household thinks of them and stores them as the
 scheduler uses them: the background share in percent (stored as a fraction, as the number entity
 does), the requester quotas as rows of a known requester (by name) and a token amount (stored as
-``requester=tokens`` lines).
+``requester=tokens`` lines). Its *Several servers* section says where the server stands in the
+household's pool: per lane its rank (first choice, second..., never), the entities that wake it
+and put it to sleep, its idle minutes before sleep and how long a wake may take.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from homeassistant.data_entry_flow import section
 from homeassistant.helpers import llm
 from homeassistant.helpers.selector import (
     BooleanSelector,
+    EntitySelector,
+    EntitySelectorConfig,
     NumberSelector,
     NumberSelectorConfig,
     NumberSelectorMode,
@@ -37,6 +41,7 @@ from custom_components.llm_lanes.const import (
     CONF_LLM_HASS_API,
     CONF_MAX_OUTPUT_TOKENS,
     CONF_MODEL,
+    CONF_POOL,
     CONF_PROMPT,
     CONF_QUOTA_TOKENS_PER_DAY,
     CONF_ROTATE_KEY,
@@ -51,6 +56,7 @@ from custom_components.llm_lanes.const import (
     OPT_BACKGROUND_SHARE,
     OPT_BACKGROUND_WITH_VOICE,
     OPT_HEADROOM,
+    OPT_IDLE_SLEEP_MINUTES,
     OPT_JOBS_MAX_IN_FLIGHT,
     OPT_JOBS_NIGHTLY_BUDGET,
     OPT_JOBS_RETENTION_DAYS,
@@ -59,12 +65,19 @@ from custom_components.llm_lanes.const import (
     OPT_NIGHTLY_END,
     OPT_NIGHTLY_START,
     OPT_POLICY,
+    OPT_POOL,
     OPT_PREEMPTION,
     OPT_PREFILL_BUDGET,
     OPT_PREFILL_GUARD,
     OPT_QUOTA_ACTION,
     OPT_QUOTA_TOKENS_PER_DAY,
     OPT_REQUESTER_QUOTAS,
+    OPT_SLEEP_ENTITY,
+    OPT_WAKE_ENTITY,
+    OPT_WAKE_LIMIT_S,
+    POOL_RANK,
+    POOL_RANKS,
+    POWER_DOMAINS,
     SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
@@ -81,6 +94,7 @@ from custom_components.llm_lanes.settings_options import (
     job_settings_from_options,
     parse_requester_quotas,
     percent_of_fraction,
+    pool_options,
     settings_from_options,
 )
 
@@ -200,11 +214,73 @@ def _quota_selector(requesters: list[SelectOptionDict]) -> ObjectSelector:
     )
 
 
+NEVER_RANK = "0"
+"""The rank of a lane the server never serves in the pool."""
+POWER_ENTITY = EntitySelector(EntitySelectorConfig(domain=list(POWER_DOMAINS)))
+
+
 def options_errors(user_input: Mapping[str, Any]) -> dict[str, str]:
     """Check the submitted options against each other (the selectors check each one alone)."""
     if int(user_input[OPT_HEADROOM]) >= int(user_input[OPT_MAX_SEQUENCES]):
         return {OPT_HEADROOM: "headroom_not_below_max_sequences"}
+    pool: Mapping[str, Any] = user_input.get(OPT_POOL) or {}
+    if float(pool.get(OPT_IDLE_SLEEP_MINUTES) or 0) > 0 and not pool.get(
+        OPT_SLEEP_ENTITY
+    ):
+        return {"base": "idle_sleep_without_entity"}
     return {}
+
+
+def _pool_section(
+    options: Mapping[str, Any], shown: Mapping[str, Any]
+) -> dict[Any, Any]:
+    """Build the fields of the *Several servers* section (what was sent, else what is stored)."""
+    current = pool_options(options)
+    fields: dict[Any, Any] = {}
+    for lane in LANES:
+        key = POOL_RANK.format(lane=lane.key)
+        fields[
+            probatio.Required(key, default=str(shown.get(key, current.ranks[lane])))
+        ] = _choice([*(str(rank) for rank in POOL_RANKS), NEVER_RANK], "pool_rank")
+    for key, entity in (
+        (OPT_WAKE_ENTITY, current.wake_entity),
+        (OPT_SLEEP_ENTITY, current.sleep_entity),
+    ):
+        fields[
+            probatio.Optional(
+                key, description={"suggested_value": shown.get(key, entity)}
+            )
+        ] = POWER_ENTITY
+    idle_minutes = (current.idle_sleep_s or 0) / 60
+    fields[
+        probatio.Required(
+            OPT_IDLE_SLEEP_MINUTES,
+            default=shown.get(OPT_IDLE_SLEEP_MINUTES, round(idle_minutes)),
+        )
+    ] = _number(0, 1440, 1, "min")
+    fields[
+        probatio.Required(
+            OPT_WAKE_LIMIT_S, default=shown.get(OPT_WAKE_LIMIT_S, current.wake_limit_s)
+        )
+    ] = _number(10, 1800, 1, "s")
+    return fields
+
+
+def pool_to_store(section: Mapping[str, Any]) -> dict[str, Any]:
+    """Store the *Several servers* section: ranks as whole numbers (0: never), cleared entities left out."""
+    stored: dict[str, Any] = {}
+    for lane in LANES:
+        key = POOL_RANK.format(lane=lane.key)
+        if key in section:
+            stored[key] = int(section[key])
+    for key in (OPT_WAKE_ENTITY, OPT_SLEEP_ENTITY):
+        if section.get(key):
+            stored[key] = str(section[key])
+    if OPT_IDLE_SLEEP_MINUTES in section:
+        stored[OPT_IDLE_SLEEP_MINUTES] = int(section[OPT_IDLE_SLEEP_MINUTES])
+    if OPT_WAKE_LIMIT_S in section:
+        stored[OPT_WAKE_LIMIT_S] = float(section[OPT_WAKE_LIMIT_S])
+    return stored
 
 
 def options_schema(
@@ -281,6 +357,10 @@ def options_schema(
         fields[probatio.Optional(lane.key)] = section(
             probatio.Schema(lane_fields), {"collapsed": True}
         )
+    fields[probatio.Optional(OPT_POOL)] = section(
+        probatio.Schema(_pool_section(options, shown.get(OPT_POOL) or {})),
+        {"collapsed": True},
+    )
     return probatio.Schema(fields)
 
 
@@ -318,6 +398,8 @@ def options_to_store(
             options[key] = fraction_of_percent(float(value))
         elif key == OPT_REQUESTER_QUOTAS:
             options[key] = quota_text(list(value or []))
+        elif key == OPT_POOL:
+            options[key] = pool_to_store(dict(value))
         else:
             options[key] = value
     if OPT_REQUESTER_QUOTAS not in user_input:
@@ -383,6 +465,9 @@ def subentry_schema(
             },
         )
     ] = _number(0, 2, 0.05)
+    fields[probatio.Optional(CONF_POOL, default=values.get(CONF_POOL, False))] = (
+        BooleanSelector()
+    )
     return probatio.Schema(fields)
 
 
@@ -404,15 +489,20 @@ def client_schema(current: Mapping[str, Any] | None) -> probatio.Schema:
         fields[
             probatio.Optional(key, description={"suggested_value": values.get(key)})
         ] = selector
+    fields[probatio.Optional(CONF_POOL, default=values.get(CONF_POOL, False))] = (
+        BooleanSelector()
+    )
     if current is not None:
         fields[probatio.Optional(CONF_ROTATE_KEY, default=False)] = BooleanSelector()
     return probatio.Schema(fields)
 
 
 def client_data(user_input: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep what a client's form says about its lane and limits (whole numbers; 0 is none)."""
+    """Keep what a client's form says about its lane, limits and pool (whole numbers; 0 is none)."""
     data: dict[str, Any] = {CONF_LANE: user_input[CONF_LANE]}
     for key in (CONF_QUOTA_TOKENS_PER_DAY, CONF_MAX_OUTPUT_TOKENS):
         if value := int(user_input.get(key) or 0):
             data[key] = value
+    if user_input.get(CONF_POOL):
+        data[CONF_POOL] = True
     return data

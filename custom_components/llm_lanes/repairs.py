@@ -1,5 +1,7 @@
 """Repair issues of a server: unreachable for minutes, configured model gone, slots too small.
 
+And one of the household's pool: every server of a lane down (``household`` raises and clears it).
+
 The issue of a calibration that no longer holds is raised by ``calibration``; its fix flow, which
 plans a new one for the night, is here with the others.
 """
@@ -23,6 +25,7 @@ from custom_components.llm_lanes.const import (
     UNREACHABLE_REPAIR_AFTER,
 )
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, PollCoordinator
+from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.slot_context import (
     MIN_CONTEXT_PER_SLOT,
     RECOMMENDED_CONTEXT_PER_SLOT,
@@ -85,7 +88,8 @@ def async_track_server_issues(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
     def _still_unreachable(_now: Any) -> None:
         nonlocal unsub_timer
         unsub_timer = None
-        if not server.last_update_success:
+        # A server the household put (or found) asleep is not out: it is woken for its work.
+        if not server.last_update_success and not entry.runtime_data.sleeps():
             _async_raise_issue(
                 hass,
                 unreachable_issue_id(entry.entry_id),
@@ -121,6 +125,30 @@ def async_track_server_issues(hass: HomeAssistant, entry: LLMLanesConfigEntry) -
     entry.async_on_unload(server.async_add_listener(_polled))
     entry.async_on_unload(_cancel_timer)
     _polled()
+
+
+def pool_lane_issue_id(lane: Lane) -> str:
+    """Issue id of "every server of a lane is down" (the household's, not one entry's)."""
+    return f"pool_lane_down_{lane.key}"
+
+
+@callback
+def async_raise_pool_lane_issue(
+    hass: HomeAssistant, lane: Lane, servers: list[str]
+) -> None:
+    """Say that no server of the pool can serve ``lane`` now, naming its servers."""
+    _async_raise_issue(
+        hass,
+        pool_lane_issue_id(lane),
+        "pool_lane_down",
+        {"lane": lane.key, "servers": ", ".join(servers)},
+    )
+
+
+@callback
+def async_clear_pool_lane_issue(hass: HomeAssistant, lane: Lane) -> None:
+    """Clear the lane's issue: a server of it is back."""
+    ir.async_delete_issue(hass, DOMAIN, pool_lane_issue_id(lane))
 
 
 def small_context_placeholders(

@@ -37,6 +37,7 @@ from custom_components.llm_lanes.entity import (
     server_url,
 )
 from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.pool_sensor import async_setup_pool_sensors
 from custom_components.llm_lanes.requesters import (
     REQUESTER_TOKENS_KEY,
     async_requester_name,
@@ -311,10 +312,12 @@ async def async_setup_entry(
     entities.extend(
         ServerSensor(entry, description)
         for description in SERVER_SENSORS
-        if description.exists_fn(server_state)
+        # A server set up asleep (the pool wakes it) has said nothing yet: all of them.
+        if server_state is None or description.exists_fn(server_state)
     )
     entities.extend(JobSensor(entry, description) for description in JOB_SENSORS)
     async_add_entities(entities)
+    await async_setup_pool_sensors(hass, entry, async_add_entities)
 
     activity = entry.runtime_data.activity
     # Requesters seen before a restart keep their sensor (and its restored count).

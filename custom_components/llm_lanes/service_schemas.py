@@ -42,6 +42,8 @@ ATTR_NOTIFY_TARGET = "notify_target"
 ATTR_PERSISTENT_NOTIFICATION = "persistent_notification"
 ATTR_JOB_ID = "job_id"
 ATTR_STATUS = "status"
+ATTR_POOL = "pool"
+"""Route over the household's servers (the pool) rather than the server named alone."""
 
 BUILTIN_SCENARIOS: Final = tuple(sorted(builtin_scenarios()))
 """The scenarios ``run_benchmark`` offers, read once (at import, outside the event loop)."""
@@ -110,6 +112,7 @@ GENERATE_SCHEMA = probatio.Schema(
         probatio.Optional(ATTR_REQUESTER): _requester_id,
         probatio.Optional(ATTR_MAX_TOKENS): _TOKENS,
         probatio.Optional(ATTR_MODEL): _ID,
+        probatio.Optional(ATTR_POOL, default=False): cv.boolean,
     }
 )
 RUN_BENCHMARK_SCHEMA = probatio.Schema(
@@ -146,6 +149,7 @@ SUMMARIZE_SCHEMA = probatio.Schema(
         probatio.Optional(ATTR_WAIT, default=False): cv.boolean,
         probatio.Optional(ATTR_NOTIFY_TARGET): _ID,
         probatio.Optional(ATTR_PERSISTENT_NOTIFICATION, default=False): cv.boolean,
+        probatio.Optional(ATTR_POOL, default=False): cv.boolean,
     }
 )
 CANCEL_JOB_SCHEMA = probatio.Schema(

@@ -1,7 +1,10 @@
 """The actions of LLM Lanes: ``generate``, ``run_benchmark``, ``summarize``, ``cancel_job``, ``list_jobs``.
 
 Each action names its server by ``config_entry_id`` (optional where the only loaded server will
-do), and every one resolves it the same way (``_loaded_entries``). Engine errors become translated
+do), and every one resolves it the same way (``_loaded_entries``). ``generate`` and
+``summarize`` with ``pool`` run on the household's pool instead: the server named is where the
+call's limits, requester and job are kept, and the pool routes the request over every loaded
+server that serves its lane (each runs it as its own model, unless the call names one). Engine errors become translated
 Home Assistant errors through ``translated_errors``; every other error an action raises is
 translated too (``validation_error``).
 
@@ -43,12 +46,14 @@ from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from custom_components.llm_lanes.core.router import ANY_MODEL
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 from custom_components.llm_lanes.error_translation import (
     refuse_unless_fits,
     translated_errors,
     validation_error,
 )
+from custom_components.llm_lanes.household import household_of
 from custom_components.llm_lanes.jobs.delivery import notify_target_exists
 from custom_components.llm_lanes.jobs.manager import JobManager
 from custom_components.llm_lanes.jobs.model import Job, JobSpec, JobStatus
@@ -78,6 +83,7 @@ from custom_components.llm_lanes.service_schemas import (
     ATTR_NAME,
     ATTR_NOTIFY_TARGET,
     ATTR_PERSISTENT_NOTIFICATION,
+    ATTR_POOL,
     ATTR_PROMPT,
     ATTR_REQUESTER,
     ATTR_RUN_NOW,
@@ -175,12 +181,18 @@ async def _async_requester(
 
 
 def _refuse_unless_fits(
-    entry: LLMLanesConfigEntry, lane: Lane, prompt_tokens: int, output_tokens: int
+    entry: LLMLanesConfigEntry,
+    lane: Lane,
+    prompt_tokens: int,
+    output_tokens: int,
+    *,
+    pool: bool = False,
 ) -> None:
     """Refuse, with the numbers, a request its lane or the server's context cannot take.
 
     An answer longer than the lane allows is named first (the caller's own number), then a
-    request the server's context cannot hold, then a prompt over the lane's limit.
+    request the server's context cannot hold, then a prompt over the lane's limit. For the
+    ``pool``, each server's context is the pool's to weigh (it passes over those too small).
     """
     limits = entry.runtime_data.scheduler.settings.lanes[lane]
     breach = limits.refusal(
@@ -194,7 +206,7 @@ def _refuse_unless_fits(
         "context_exceeded",
         prompt_tokens,
         output_tokens,
-        entry.runtime_data.server.context_per_slot,
+        None if pool else entry.runtime_data.server.context_per_slot,
     )
     if breach is not None:
         raise validation_error(breach.translation_key, **breach.placeholders)
@@ -208,8 +220,10 @@ async def async_generate(call: ServiceCall) -> ServiceResponse:
     if instructions := call.data.get(ATTR_INSTRUCTIONS):
         messages.append(ChatMessage(role="system", content=instructions))
     messages.append(ChatMessage(role="user", content=call.data[ATTR_PROMPT]))
+    pool = call.data[ATTR_POOL]
     request = ChatRequest(
-        model=call.data.get(ATTR_MODEL) or entry.data[CONF_MODEL],
+        model=call.data.get(ATTR_MODEL)
+        or (ANY_MODEL if pool else entry.data[CONF_MODEL]),
         messages=tuple(messages),
         max_tokens=call.data.get(ATTR_MAX_TOKENS),
     )
@@ -220,15 +234,23 @@ async def async_generate(call: ServiceCall) -> ServiceResponse:
         lane,
         estimate_prompt_tokens(request),
         request.max_tokens or scheduler.settings.lanes[lane].default_output_tokens,
+        pool=pool,
     )
     requester = await _async_requester(
         call, entry, user, named=None, default=GENERATE_DEFAULT_REQUESTER
     )
     with translated_errors():
-        result = await scheduler.generate(request, lane=lane, requester=requester)
+        if pool:
+            result = await household_of(call.hass).pool.generate(
+                request, lane=lane, requester=requester
+            )
+        else:
+            result = await scheduler.generate(request, lane=lane, requester=requester)
     finished = result.finished
     return {
         "text": result.text,
+        "server": finished.server or entry.entry_id,
+        "failovers": finished.failovers,
         "finish_reason": result.finish_reason,
         "lane": finished.lane.key,
         "requester": finished.requester,
@@ -347,6 +369,7 @@ async def async_summarize(call: ServiceCall) -> ServiceResponse:
             run_now=data[ATTR_RUN_NOW],
             notify_target=target,
             persistent_notification=data[ATTR_PERSISTENT_NOTIFICATION],
+            pool=data[ATTR_POOL],
         )
     )
     if data[ATTR_WAIT] and data[ATTR_RUN_NOW] and call.return_response:

@@ -1,4 +1,4 @@
-"""The one place where a config entry's options become settings: the scheduler's and the jobs'.
+"""The one place where a config entry's options become settings: the scheduler's, the jobs', the pool's.
 
 What the server says bounds them too: its slot count is the default max sequences, and its context
 per slot caps every lane's prompt and output limits (a longer request could never run there) and
@@ -8,14 +8,15 @@ prompt has room beside it on a small slot.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import time
 from typing import Any
 
 from custom_components.llm_lanes.const import (
     LANE_OPTION_LIMITS,
     OPT_BACKGROUND_WITH_VOICE,
+    OPT_IDLE_SLEEP_MINUTES,
     OPT_JOBS_MAX_IN_FLIGHT,
     OPT_JOBS_NIGHTLY_BUDGET,
     OPT_JOBS_RETENTION_DAYS,
@@ -23,10 +24,16 @@ from custom_components.llm_lanes.const import (
     OPT_MAX_SEQUENCES,
     OPT_NIGHTLY_END,
     OPT_NIGHTLY_START,
+    OPT_POOL,
     OPT_REQUESTER_QUOTAS,
+    OPT_SLEEP_ENTITY,
+    OPT_WAKE_ENTITY,
+    OPT_WAKE_LIMIT_S,
+    POOL_RANK,
     SETTING_OPTIONS,
 )
-from custom_components.llm_lanes.core.lanes import LANES
+from custom_components.llm_lanes.core.availability import DEFAULT_WAKE_LIMIT_S
+from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.slot_context import default_answer_tokens
 from custom_components.llm_lanes.jobs.throttles import JobSettings
@@ -146,6 +153,55 @@ def job_settings_from_options(
             1, int(options.get(OPT_JOBS_RETENTION_DAYS, defaults.retention_days))
         ),
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolOptions:
+    """Where one server stands in the household's pool, as its options say (section ``pool``)."""
+
+    ranks: Mapping[Lane, int] = field(default_factory=lambda: dict.fromkeys(LANES, 1))
+    """Per lane, 1 for a first choice, 2 for a second...; 0: it never serves the lane."""
+    wake_entity: str | None = None
+    sleep_entity: str | None = None
+    idle_sleep_s: float | None = None
+    """After its work and this many idle seconds it is put to sleep (None: never)."""
+    wake_limit_s: float = DEFAULT_WAKE_LIMIT_S
+
+
+def pool_options(options: Mapping[str, Any]) -> PoolOptions:
+    """Read the pool section of an entry's options (every lane first choice where unset)."""
+    section: Mapping[str, Any] = options.get(OPT_POOL) or {}
+    minutes = float(section.get(OPT_IDLE_SLEEP_MINUTES) or 0)
+    return PoolOptions(
+        ranks={
+            lane: max(0, int(section.get(POOL_RANK.format(lane=lane.key), 1)))
+            for lane in LANES
+        },
+        wake_entity=section.get(OPT_WAKE_ENTITY) or None,
+        sleep_entity=section.get(OPT_SLEEP_ENTITY) or None,
+        idle_sleep_s=minutes * 60 if minutes > 0 else None,
+        wake_limit_s=float(section.get(OPT_WAKE_LIMIT_S) or DEFAULT_WAKE_LIMIT_S),
+    )
+
+
+def pool_routes(
+    members: Sequence[tuple[str, PoolOptions]],
+) -> dict[Lane, tuple[str, ...]]:
+    """Return, per lane, the servers that serve it, by rank (equal ranks in the members' order).
+
+    A lane no server serves has an empty route: the pool refuses its requests.
+    """
+    return {
+        lane: tuple(
+            name
+            for _, _, name in sorted(
+                (options.ranks[lane], index, name)
+                for index, (name, options) in enumerate(members)
+                if options.ranks[lane] > 0
+            )
+        )
+        for lane in LANES
+    }
 
 
 def _parse_time(value: str | time) -> time:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 import contextlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import random
 
 import pytest
@@ -704,3 +704,115 @@ def test_an_evening_with_the_gpu_box_killed_and_restarted_loses_no_request() -> 
 
 async def _unused() -> None:
     """Stand for a power action the test replaces with its own (see ``household``)."""
+
+
+# --- members that come and go ---------------------------------------------------------------------
+
+
+def test_a_member_s_attempts_are_told_apart_from_its_own_requests() -> None:
+    """A member scheduler's record is an attempt of the pool while the pool routes it, not else.
+
+    The household's event reports each pool request once: it leaves the attempts out.
+    """
+
+    async def main() -> None:
+        home = await household()
+        seen: list[tuple[str, bool]] = []
+        home.schedulers["gpu"].add_listener(
+            lambda record: seen.append((record.outcome, home.pool.is_attempt(record)))
+        )
+        await home.answer()
+        stream = home.schedulers["gpu"].stream(
+            request(), lane=Lane.VOICE, requester="user:anna"
+        )
+        assert [chunk async for chunk in stream][-1].done
+        assert seen == [("ok", True), ("ok", False)]
+        home.assert_idle()
+
+    run_virtual(main)
+
+
+def test_members_that_leave_and_come_back_keep_what_the_pool_knew() -> None:
+    """The mini PC leaves (its scheduler closes): voice goes to the GPU box, the record once.
+
+    A request on the mini PC when it leaves fails over to the GPU box; a member that stays keeps
+    its counters and takes its new power control; the mini PC set up again starts afresh.
+    """
+
+    async def main() -> None:
+        home = await household(
+            settings=SchedulerSettings(max_sequences=1, server_slots=1, headroom=0),
+            mini_costs=GPU_COSTS,
+            mini_prefill_tok_s=6000.0,
+        )
+        gpu_config, mini_config = _configs(home)
+        story = asyncio.create_task(
+            home.answer("a long story", lane=Lane.INTERACTIVE, answer_tokens=300)
+        )
+        await asyncio.sleep(0.2)
+        text = asyncio.create_task(
+            home.answer("a chat", lane=Lane.INTERACTIVE, answer_tokens=200)
+        )
+        await asyncio.sleep(0.5)
+        assert home.schedulers["mini"].snapshot().in_flight == 1
+        sleep_power = PowerControl(wake=_unused, sleep=_unused, idle_sleep_s=60.0)
+        await home.pool.update(
+            [replace(gpu_config, power=sleep_power)],
+            PoolSettings(routes={Lane.VOICE: ("gpu",)}),
+        )
+        await home.schedulers["mini"].close()
+        assert await text == words(0, 200)
+        assert await story == words(0, 300)
+        chat = next(r for r in home.finished if r.output_tokens == 200)
+        assert (chat.server, chat.failovers, chat.resumed_on) == ("gpu", 1, "gpu")
+        assert home.pool.route(Lane.BACKGROUND) == ("gpu",)
+        assert home.pool.snapshot().members["gpu"].served_total == 2
+        await asyncio.sleep(61.0)
+        assert home.pool.state("gpu") is ServerState.ASLEEP  # its new idle time
+
+        again = Scheduler(
+            home.mini,
+            home.schedulers["gpu"].settings,
+            clock=now,
+            quotas=home.pool.quotas,
+        )
+        await home.pool.update(
+            [
+                replace(gpu_config, power=sleep_power),
+                replace(mini_config, scheduler=again),
+            ],
+            PoolSettings(routes=ROUTES),
+        )
+        assert home.pool.snapshot().members["mini"].served_total == 0
+        await home.answer()
+        assert home.finished[-1].server == "mini"
+        with pytest.raises(ValueError, match="unknown servers: attic"):
+            await home.pool.update(
+                [gpu_config], PoolSettings(routes={Lane.VOICE: ("attic",)})
+            )
+        assert home.pool.route(Lane.VOICE) == ("gpu", "mini")
+
+    run_virtual(main)
+
+
+def test_work_waiting_inside_a_shared_server_sends_requests_elsewhere() -> None:
+    """A server whose own metrics say work waits inside it loses voice to an idle one."""
+
+    async def main() -> None:
+        home = await household(mini_costs=GPU_COSTS, mini_prefill_tok_s=6000.0)
+        await home.answer()
+        assert home.finished[-1].server == "gpu"
+        home.pool.report_queue("gpu", 40)
+        await home.answer("another command")
+        assert home.finished[-1].server == "mini"
+        home.pool.report_queue("gpu", 0)
+        await home.answer("and a third")
+        assert home.finished[-1].server == "gpu"
+
+    run_virtual(main)
+
+
+def _configs(home: Household) -> tuple[PoolMember, PoolMember]:
+    """Return the members' configurations as ``household`` built them."""
+    members = home.pool._members
+    return members["gpu"].config, members["mini"].config

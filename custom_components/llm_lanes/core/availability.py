@@ -146,6 +146,14 @@ class Availability:
         self._last_activity = self._clock()
         self._arm_sleep()
 
+    def set_power(self, power: PowerControl) -> None:
+        """Take another way of waking and sleeping the server; its idle timer follows it."""
+        self.power = power
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._arm_sleep()
+
     def hold(self, until: float) -> None:
         """Keep the server awake until ``until`` (a command was announced for it)."""
         self._hold_until = max(self._hold_until, until)

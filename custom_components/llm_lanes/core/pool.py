@@ -10,7 +10,10 @@ Contract:
     pool.prepare()                           # a voice command is coming
     pool.snapshot() -> PoolSnapshot
     pool.report("gpu", ServerState.ASLEEP)   # what the Home Assistant side sees of a server
+    pool.report_queue("gpu", waiting)       # what the server's own metrics say waits inside it
     remove = pool.add_listener(callback)     # callback(FinishedRequest), once per pool request
+    pool.is_attempt(record)                  # a member scheduler's record of one of its attempts
+    await pool.update(members, settings)     # servers set up, set up again or gone; new routes
     await pool.close()
 
 Each member is one server with its own ``Scheduler``, as a single server has: lanes, aging,
@@ -20,8 +23,9 @@ requester's daily quota counts the tokens of every server. The pool owns neither
 nor the servers: their owners close them.
 
 Per lane, ``PoolSettings.routes`` lists the servers that may serve it, most preferred first (a
-lane not listed may use every member, in the members' order). A request goes to the server the
-router (``router.py``) expects it to be felt least at, among those that are up and can serve it.
+lane not listed may use every member, in the members' order; one listed with none, none). A
+request goes to the server the router (``router.py``) expects it to be felt least at, among those
+that are up and can serve it.
 Then:
 
 - **Failover**: a server that fails before the first token (refused connection, 5xx, timeout, its
@@ -244,6 +248,7 @@ class _Journey:
 
     __slots__ = (
         "arrived_at",
+        "attempts",
         "deadline_s",
         "expected_ttft_s",
         "failed",
@@ -310,6 +315,8 @@ class _Journey:
         """(server, record) of every attempt that reached a member's scheduler."""
         self.path: list[str] = []
         """The server of every attempt, in order."""
+        self.attempts: list[FinishedRequest] = []
+        """Where the current attempt's scheduler puts its record (``ServerPool.is_attempt``)."""
 
     def attempt(self, member: _Member) -> ChatRequest | None:
         """Return what the next attempt sends to ``member``; None when no output is left to make."""
@@ -384,33 +391,29 @@ class ServerPool:
         """
         settings = settings if settings is not None else PoolSettings()
         self._clock = clock if clock is not None else time.monotonic
+        self._clock_rate = clock_rate
         self._settings = settings
         self.quotas = quotas
         """The household's ledger of tokens per requester (shared by the member schedulers)."""
+        _check_members(members, settings)
         self._members: dict[str, _Member] = {}
+        self._removers: dict[str, Callable[[], None]] = {}
         for config in members:
-            if config.name in self._members:
-                raise ValueError(f"two servers of the pool are named {config.name!r}")
-            self._members[config.name] = _Member(
-                config, settings, self._clock, clock_rate
-            )
-        for lane, names in settings.routes.items():
-            unknown = [name for name in names if name not in self._members]
-            if unknown:
-                raise ValueError(
-                    f"the route of the {lane.key} lane names unknown servers: {', '.join(unknown)}"
-                )
+            self._join(config)
         self._router = Router(margin=settings.margin, margin_s=settings.margin_s)
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._removers = [
-            member.scheduler.add_listener(_noting_activity(member.availability))
-            for member in self._members.values()
-        ]
         self._live: dict[int, _Journey] = {}
         self._requests_total = 0
         self._failovers_total = 0
         self._closed = False
+
+    def _join(self, config: PoolMember) -> None:
+        member = _Member(config, self._settings, self._clock, self._clock_rate)
+        self._members[config.name] = member
+        self._removers[config.name] = config.scheduler.add_listener(
+            _noting_activity(member.availability)
+        )
 
     # --- public API ------------------------------------------------------------------------------
 
@@ -428,8 +431,12 @@ class ServerPool:
         self._member(server).availability.report(state)
 
     def route(self, lane: Lane) -> tuple[str, ...]:
-        """Return the servers that may serve ``lane``, most preferred first."""
-        return self._settings.routes.get(lane) or tuple(self._members)
+        """Return the servers that may serve ``lane``, most preferred first.
+
+        A lane the routes leave out may use every member; one routed to none, none.
+        """
+        names = self._settings.routes.get(lane)
+        return names if names is not None else tuple(self._members)
 
     def add_listener(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` once for every request that leaves the pool; return a remover."""
@@ -440,6 +447,66 @@ class ServerPool:
                 self._listeners.remove(callback)
 
         return remove
+
+    async def update(
+        self, members: Sequence[PoolMember], settings: PoolSettings | None = None
+    ) -> None:
+        """Change the members and how the pool routes; requests in flight go on.
+
+        A member named as before with the same scheduler keeps its state, what the router
+        learned of it and its counters, and takes the new power control and capabilities; one
+        with another scheduler (its server was set up again) starts afresh in its ``state``. A
+        request running on a member that leaves goes on there, and fails over as usual if its
+        scheduler closes under it. ``settings`` None keeps the current ones. Routes must name
+        members only (ValueError otherwise, and nothing changes).
+        """
+        settings = settings if settings is not None else self._settings
+        _check_members(members, settings)
+        self._settings = settings
+        self._router.margin, self._router.margin_s = settings.margin, settings.margin_s
+        leaving = [
+            name
+            for name, member in self._members.items()
+            if not any(
+                config.name == name and config.scheduler is member.scheduler
+                for config in members
+            )
+        ]
+        closing = []
+        for name in leaving:
+            self._removers.pop(name)()
+            closing.append(self._members.pop(name).availability.close())
+        for config in members:
+            member = self._members.get(config.name)
+            if member is None:
+                self._join(config)
+                continue
+            member.config = config
+            member.candidate.capabilities = config.capabilities
+            member.availability.set_power(config.power)
+        await asyncio.gather(*closing)
+
+    def is_attempt(self, record: FinishedRequest) -> bool:
+        """Whether a member scheduler's record is an attempt of a request of this pool.
+
+        The pool reports that request once, at its end, to its own listeners; a listener of the
+        member schedulers that reports every request once (an event) leaves attempts out. Read
+        while the scheduler reports it (its listeners are called with the record).
+        """
+        return any(
+            record is attempt
+            for journey in self._live.values()
+            for attempt in journey.attempts
+        )
+
+    def report_queue(self, server: str, waiting: int) -> None:
+        """Take the requests waiting inside a server that its scheduler did not send.
+
+        What the server's own metrics say (vLLM's ``num_requests_waiting``): an engine shared
+        with other clients, or a distributed one, queues work of its own, which routing counts
+        as ahead of a new request there.
+        """
+        self._member(server).candidate.server_waiting = max(waiting, 0)
 
     def stream(
         self, request: ChatRequest, **how: Unpack[PoolSubmission]
@@ -547,7 +614,7 @@ class ServerPool:
     async def close(self) -> None:
         """Stop probing, waking and sleeping; refuse new requests. Running ones go on, without failover."""
         self._closed = True
-        for remove in self._removers:
+        for remove in self._removers.values():
             remove()
         await asyncio.gather(
             *(member.availability.close() for member in self._members.values())
@@ -584,6 +651,7 @@ class ServerPool:
                     return
                 failure: Exception | None = None
                 records: list[FinishedRequest] = []
+                journey.attempts = records
                 attempt_output = 0
                 received = False
                 journey.submitted_at = self._clock()
@@ -938,6 +1006,21 @@ class ServerPool:
         if member is None:
             raise KeyError(f"the pool has no server named {server!r}")
         return member
+
+
+def _check_members(members: Sequence[PoolMember], settings: PoolSettings) -> None:
+    """Raise ValueError when two members share a name or a route names an unknown server."""
+    names: set[str] = set()
+    for config in members:
+        if config.name in names:
+            raise ValueError(f"two servers of the pool are named {config.name!r}")
+        names.add(config.name)
+    for lane, route in settings.routes.items():
+        unknown = [name for name in route if name not in names]
+        if unknown:
+            raise ValueError(
+                f"the route of the {lane.key} lane names unknown servers: {', '.join(unknown)}"
+            )
 
 
 def _noting_activity(availability: Availability) -> Listener:

@@ -5,7 +5,8 @@ For each server that may serve the request's lane, is up and can serve the reque
 feel there (``Estimate``):
 
 - the **time to the first token**: the wait for a slot (the requests ahead of it in its lane and
-  above, against the slots open to it, at the time a request holds a slot there) plus the prefill
+  above, and those the server says wait inside it, ``Candidate.server_waiting``, against the
+  slots open to it, at the time a request holds a slot there) plus the prefill
   of the part of its prompt the server does not hold already. A server holds a prompt's stable
   prefix (the Assist prompt: system prompt, exposed entities, tool schemas) or a conversation's
   earlier turns where a free slot's cache has them (``slots.SlotTable``, where the scheduler
@@ -269,6 +270,9 @@ class Candidate:
     capabilities: Capabilities = field(default_factory=Capabilities)
     observed: Observed = field(default_factory=Observed)
     recent: RecentPrefixes = field(default_factory=lambda: RecentPrefixes(8))
+    server_waiting: int = 0
+    """Requests waiting inside the server that its scheduler did not send (its own metrics:
+    an engine shared with other clients, or a distributed one): ahead of every new request."""
 
 
 class Router:
@@ -373,7 +377,7 @@ class Router:
         prefill = candidate.observed.prefill_s(
             max(shape.tokens - cached, 1), load.prefill_tok_s()
         )
-        ahead = load.waiting_ahead(lane)
+        ahead = load.waiting_ahead(lane) + candidate.server_waiting
         open_slots = load.open_slots(lane, now)
         wait = 0.0
         if ahead >= open_slots:

@@ -189,6 +189,11 @@ class Scheduler:
         )
 
     @property
+    def quotas(self) -> QuotaLedger:
+        """The ledger this scheduler charges (in a pool, the household's)."""
+        return self._accounting.quotas
+
+    @property
     def batch_cost(self) -> BatchCostModel:
         """The learned curve of inter-token gap against sequences in flight."""
         return self._foreground.cost_model

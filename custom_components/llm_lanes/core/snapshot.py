@@ -231,8 +231,8 @@ def build_snapshot(
         elif request.running:
             running[request.requester] = running.get(request.requester, 0) + 1
     requesters: dict[str, RequesterSnapshot] = {}
-    for name in {*requester_stats, *quotas.requesters()}:
-        stats = requester_stats.get(name) or GroupStats()
+    # This server's requesters: the quota ledger may be the household's, shared by every server.
+    for name, stats in requester_stats.items():
         view = stats.view(now, window_s)
         requesters[name] = RequesterSnapshot(
             requester=name,

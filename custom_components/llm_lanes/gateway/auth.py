@@ -32,6 +32,8 @@ class Caller:
     max_output_tokens: int | None = None
     entry: LLMLanesConfigEntry | None = None
     """The client's server entry; None for a Home Assistant user (whichever serves the model)."""
+    pool: bool = False
+    """A client of the household's pool: routed over every server, its entry's being one."""
 
 
 def bearer_key(request: web.Request) -> str | None:
@@ -64,6 +66,7 @@ async def async_authenticate(
         lane=client.lane,
         max_output_tokens=client.max_output_tokens,
         entry=entry,
+        pool=client.pool,
     )
 
 

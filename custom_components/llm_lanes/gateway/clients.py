@@ -23,6 +23,7 @@ from yarl import URL
 from custom_components.llm_lanes.const import (
     CONF_LANE,
     CONF_MAX_OUTPUT_TOKENS,
+    CONF_POOL,
     CONF_QUOTA_TOKENS_PER_DAY,
     DOMAIN,
     SUBENTRY_CLIENT,
@@ -52,6 +53,8 @@ class Client:
     """0: the server's default quota applies."""
     max_output_tokens: int | None
     """The most output tokens one of its requests may produce (None: the lane's limit)."""
+    pool: bool = False
+    """Its requests go to the household's pool, not to its server alone."""
 
     @property
     def requester(self) -> str:
@@ -69,6 +72,7 @@ class Client:
             lane=Lane.from_key(data[CONF_LANE]),
             quota_tokens_per_day=int(data.get(CONF_QUOTA_TOKENS_PER_DAY) or 0),
             max_output_tokens=max_output or None,
+            pool=bool(data.get(CONF_POOL)),
         )
 
 

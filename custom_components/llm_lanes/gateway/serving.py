@@ -1,7 +1,9 @@
 """Which server answers a gateway request, what the request becomes on its way there, and the answer.
 
 A client uses its own server entry; a Home Assistant user whichever loaded server serves the
-model asked for. The request is checked (server up, model served) before anything is queued,
+model asked for; a client of the pool (``Caller.pool``) the household's pool, which routes each
+request over every loaded server (its entry's model stands for each server's own model, so a
+request for it may run on any of them). The request is checked (server up, model served) before anything is queued,
 then fitted to its caller: the output limit capped by the client's and the lane's, the options
 limited to what may reach that kind of server (``core.protocols.common.client_options``), and
 queued in the caller's lane, charged to its requester. ``async_answer`` and ``async_embed`` do
@@ -18,7 +20,7 @@ from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.http import KEY_HASS
 
-from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import (
     LLMLanesConfigEntry,
     LLMLanesRuntimeData,
@@ -33,6 +35,7 @@ from custom_components.llm_lanes.core.protocols.common import (
     client_options,
     estimated_prompt,
 )
+from custom_components.llm_lanes.core.router import ANY_MODEL
 from custom_components.llm_lanes.gateway.auth import Caller
 from custom_components.llm_lanes.gateway.http_errors import (
     Wire,
@@ -40,6 +43,7 @@ from custom_components.llm_lanes.gateway.http_errors import (
     unavailable,
 )
 from custom_components.llm_lanes.gateway.relay import embeddings_of, relay
+from custom_components.llm_lanes.household import household_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +82,16 @@ class ServingEntry:
         return None
 
     def stream(
-        self, request: ChatRequest, caller: Caller
+        self, hass: HomeAssistant, request: ChatRequest, caller: Caller
     ) -> AsyncGenerator[StreamChunk]:
-        """Queue a fitted request in the caller's lane; iterate to run it."""
+        """Queue a fitted request in the caller's lane (in the pool for its client); iterate to run it."""
+        if caller.pool:
+            return household_of(hass).stream(
+                request,
+                lane=caller.lane,
+                requester=caller.requester,
+                prompt_tokens=estimated_prompt(request),
+            )
         return self.runtime.scheduler.stream(
             request,
             lane=caller.lane,
@@ -93,15 +104,18 @@ def _full_name(model: str) -> str:
     return model if ":" in model else f"{model}:latest"
 
 
-def _loaded(entry: LLMLanesConfigEntry) -> ServingEntry:
-    """Return the server of a client's entry (503 when it is not set up or does not answer)."""
+def _loaded(entry: LLMLanesConfigEntry, *, answering: bool = True) -> ServingEntry:
+    """Return the server of a client's entry (503 when it is not set up or does not answer).
+
+    A client of the pool (``answering`` False) may use a server that does not answer now.
+    """
     if entry.state is not ConfigEntryState.LOADED:
         raise unavailable(
             f"the LLM server {entry.title!r} is not available ({entry.state.value})"
         )
     server = ServingEntry(entry)
     coordinator = server.runtime.server
-    if not coordinator.last_update_success:
+    if answering and not coordinator.last_update_success:
         raise unavailable(
             f"the LLM server {entry.title!r} does not answer: "
             f"{coordinator.last_exception or 'unreachable'}"
@@ -110,13 +124,17 @@ def _loaded(entry: LLMLanesConfigEntry) -> ServingEntry:
 
 
 def servers_for(hass: HomeAssistant, caller: Caller) -> list[ServingEntry]:
-    """Return the servers a caller may use: its client's, or every loaded one (503: none)."""
-    if caller.entry is not None:
+    """Return the servers a caller may use: its client's, or every loaded one (503: none).
+
+    A client of the pool may use its own and every other loaded server that answers.
+    """
+    if caller.entry is not None and not caller.pool:
         return [_loaded(caller.entry)]
-    found = [
+    own = [_loaded(caller.entry, answering=False)] if caller.entry is not None else []
+    found = own + [
         ServingEntry(entry)
         for entry in hass.config_entries.async_loaded_entries(DOMAIN)
-        if entry.runtime_data.server.last_update_success
+        if entry.runtime_data.server.last_update_success and entry is not caller.entry
     ]
     if not found:
         raise unavailable("no LLM server is available")
@@ -126,11 +144,26 @@ def servers_for(hass: HomeAssistant, caller: Caller) -> list[ServingEntry]:
 def server_for(
     hass: HomeAssistant, caller: Caller, model: str
 ) -> tuple[ServingEntry, str]:
-    """Return the server that answers a request for ``model``, and its name (404: none)."""
-    for server in servers_for(hass, caller):
+    """Return the server that answers a request for ``model``, and its name (404: none).
+
+    For a client of the pool, its entry's model is each server's own (``ANY_MODEL``).
+    """
+    servers = servers_for(hass, caller)
+    if caller.pool and caller.entry is not None:
+        own = caller.entry.data[CONF_MODEL]
+        if _full_name(model) == _full_name(own):
+            return servers[0], ANY_MODEL
+    for server in servers:
         if (name := server.served_model(model)) is not None:
             return server, name
     raise model_not_found(model)
+
+
+def _pool_members(hass: HomeAssistant, caller: Caller) -> list[ServingEntry]:
+    """Return the servers a request of a client of the pool may reach (none for the others)."""
+    if not caller.pool:
+        return []
+    return [ServingEntry(entry) for entry in household_of(hass).members]
 
 
 def fit(
@@ -140,12 +173,14 @@ def fit(
     model: str,
     *,
     ollama_client: bool,
+    pool_members: Sequence[ServingEntry] = (),
 ) -> ChatRequest:
     """Fit a client's request to its caller and its server.
 
     A request without an output limit gets the client's (or, with none, the lane's default);
     one with a limit is capped by the client's and the lane's, as a server caps it at its
-    context: the answer ends with ``length`` rather than being refused.
+    context: the answer ends with ``length`` rather than being refused. A client of the pool
+    may reach any of ``pool_members``: its options pass as they would to each of them.
     """
     lane_limit = server.runtime.scheduler.settings.lanes[caller.lane].max_output_tokens
     limits = [
@@ -154,7 +189,9 @@ def fit(
         if limit is not None
     ]
     max_tokens = min([*limits, lane_limit]) if limits else None
-    same_format = server.speaks_ollama == ollama_client
+    same_format = all(
+        member.speaks_ollama == ollama_client for member in (server, *pool_members)
+    )
     return replace(
         request,
         model=model,
@@ -174,10 +211,17 @@ async def async_answer(
 ) -> web.StreamResponse:
     """Answer a parsed chat or completion request through its server's scheduler."""
     server, model = server_for(request.app[KEY_HASS], caller, parsed.request.model)
-    fitted = fit(parsed.request, caller, server, model, ollama_client=ollama_client)
+    fitted = fit(
+        parsed.request,
+        caller,
+        server,
+        model,
+        ollama_client=ollama_client,
+        pool_members=_pool_members(request.app[KEY_HASS], caller),
+    )
     return await relay(
         request,
-        server.stream(fitted, caller),
+        server.stream(request.app[KEY_HASS], fitted, caller),
         encoder=encoder(),
         stream=parsed.stream,
         wire=wire,
@@ -193,5 +237,12 @@ async def async_embed(
 ) -> tuple[tuple[Sequence[float], ...], TokenUsage | None]:
     """Run a parsed embeddings request through its server's scheduler."""
     server, model = server_for(request.app[KEY_HASS], caller, parsed.request.model)
-    fitted = fit(parsed.request, caller, server, model, ollama_client=ollama_client)
-    return await embeddings_of(server.stream(fitted, caller))
+    fitted = fit(
+        parsed.request,
+        caller,
+        server,
+        model,
+        ollama_client=ollama_client,
+        pool_members=_pool_members(request.app[KEY_HASS], caller),
+    )
+    return await embeddings_of(server.stream(request.app[KEY_HASS], fitted, caller))

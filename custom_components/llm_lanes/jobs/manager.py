@@ -40,6 +40,8 @@ from custom_components.llm_lanes.jobs.model import Job, JobSpec, JobStatus, Wait
 from custom_components.llm_lanes.jobs.queue import JobQueue
 from custom_components.llm_lanes.jobs.run import (
     NON_RETRYABLE_ERRORS,
+    JobRoute,
+    SchedulerRoute,
     async_stream_answer,
 )
 from custom_components.llm_lanes.jobs.throttles import (
@@ -74,16 +76,18 @@ class JobManager:
         model: str,
         settings: JobSettings | None = None,
         reachable: Callable[[], bool] = lambda: True,
+        route: JobRoute | None = None,
     ) -> None:
         """Create the manager; nothing runs before ``async_start``.
 
-        ``reachable`` tells whether the server answers now; call ``reachability_changed`` when
-        that changes.
+        Jobs go to ``scheduler`` while ``reachable`` says the server answers, or where ``route``
+        sends them (the household's pool), when it says they can run; call
+        ``reachability_changed`` when that changes.
         """
         self.hass = hass
         self.entry_id = entry_id
         self._scheduler = scheduler
-        self._reachable = reachable
+        self._route = route or SchedulerRoute(scheduler, reachable)
         self._model = model
         self._settings = settings or JobSettings()
         self._queue = JobQueue(hass, entry_id)
@@ -310,11 +314,11 @@ class JobManager:
         self.hass.loop.call_soon(run)
 
     @callback
-    def _shared_wait_reason(self) -> WaitReason | None:
-        """Why no job at all may start now (None: one may)."""
+    def _shared_wait_reason(self, job: Job) -> WaitReason | None:
+        """Why ``job`` may not start now for a reason it shares with others (None: it may)."""
         if self._queue.paused:
             return WaitReason.PAUSED
-        if not self._reachable():
+        if not self._route.reachable(job):
             return WaitReason.SERVER_UNREACHABLE
         if len(self._running) >= self._settings.max_in_flight:
             return WaitReason.IN_FLIGHT_LIMIT
@@ -334,17 +338,12 @@ class JobManager:
         window_open = self._settings.in_window(dt_util.as_local(now))
         budget_spent = self.budget_spent
         changed = False
-        shared = self._shared_wait_reason()
         for job in self._queue.queued():
-            reason = (
-                own_wait_reason(
-                    job, now, window_open=window_open, budget_spent=budget_spent
-                )
-                or shared
-            )
+            reason = own_wait_reason(
+                job, now, window_open=window_open, budget_spent=budget_spent
+            ) or self._shared_wait_reason(job)
             if reason is None:
                 self._start(job)
-                shared = self._shared_wait_reason()
                 changed = True
                 continue
             if job.wait_reason is not reason:
@@ -369,7 +368,7 @@ class JobManager:
 
     async def _async_run(self, job: Job) -> None:
         try:
-            answer = await async_stream_answer(self._scheduler, job, self._model)
+            answer = await async_stream_answer(self._route, job, self._model)
         except asyncio.CancelledError:
             self._cancelled(job)
             raise

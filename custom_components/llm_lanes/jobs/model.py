@@ -7,7 +7,7 @@ show it without its prompt text (``Job.as_response``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime
 from enum import StrEnum
 from types import NoneType, UnionType
@@ -81,6 +81,8 @@ class JobSpec:
     run_now: bool = False
     notify_target: str | None = None
     persistent_notification: bool = False
+    pool: bool = False
+    """Run on whichever server of the household's pool serves the background lane."""
 
 
 @dataclass(slots=True)
@@ -112,6 +114,8 @@ class Job:
     run_now: bool = False
     notify_target: str | None = None
     persistent_notification: bool = False
+    pool: bool = False
+    """It runs wherever the household's pool sends background work, not on its server alone."""
     status: JobStatus = JobStatus.QUEUED
     attempts: int = 0
     """How many times the job was started (an interrupted start is given back)."""
@@ -146,6 +150,7 @@ class Job:
             run_now=spec.run_now,
             notify_target=spec.notify_target,
             persistent_notification=spec.persistent_notification,
+            pool=spec.pool,
         )
 
     def start(self, now: datetime) -> None:
@@ -219,12 +224,16 @@ class Job:
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> Job:
-        """Rebuild a job from what ``as_stored`` wrote: each field read back by its type."""
+        """Rebuild a job from what ``as_stored`` wrote: each field read back by its type.
+
+        A field a job stored before it existed takes its default.
+        """
         hints = get_type_hints(cls)
         return cls(
             **{
                 field.name: _restored(hints[field.name], data[field.name])
                 for field in fields(cls)
+                if field.name in data or field.default is MISSING
             }
         )
 

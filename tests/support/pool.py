@@ -1,0 +1,100 @@
+"""For the tests of the household's pool: two server entries, their ranks, a pool agent.
+
+The household of the tests: a *GPU box* (the preferred server of every lane, background on it
+only) and a *Mini PC* (second choice for voice, typed chats and automations, never background).
+Each entry has an agent and an AI Task entity set to the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.core import Context, HomeAssistant
+from homeassistant.helpers import intent
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.llm_lanes.const import (
+    CONF_MODEL,
+    CONF_POOL,
+    OPT_POOL,
+    POOL_RANK,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
+from custom_components.llm_lanes.core.lanes import Lane
+
+from .entries import server_entry
+
+GPU_RANKS: Mapping[Lane, int] = {
+    Lane.VOICE: 1,
+    Lane.INTERACTIVE: 1,
+    Lane.AUTOMATION: 1,
+    Lane.BACKGROUND: 1,
+}
+MINI_RANKS: Mapping[Lane, int] = {
+    Lane.VOICE: 2,
+    Lane.INTERACTIVE: 2,
+    Lane.AUTOMATION: 2,
+    Lane.BACKGROUND: 0,
+}
+
+
+def pool_section(ranks: Mapping[Lane, int], **power: Any) -> dict[str, Any]:
+    """Return the options' *Several servers* section: the ranks, then wake/sleep settings."""
+    return {
+        **{POOL_RANK.format(lane=lane.key): rank for lane, rank in ranks.items()},
+        **power,
+    }
+
+
+def pool_member_entry(
+    url: str,
+    title: str,
+    ranks: Mapping[Lane, int],
+    *,
+    kind: str = "llama_cpp",
+    model: str,
+    agent: str,
+    **power: Any,
+) -> MockConfigEntry:
+    """Build a server entry with its place in the pool, an agent and an AI Task of the pool."""
+    key = agent.lower().replace(" ", "_")
+    return server_entry(
+        url,
+        kind,
+        model=model,
+        title=title,
+        options={OPT_POOL: pool_section(ranks, **power)},
+        subentries_data=[
+            {
+                "subentry_type": SUBENTRY_CONVERSATION,
+                "data": {CONF_MODEL: model, CONF_POOL: True},
+                "subentry_id": f"{key}_agent",
+                "title": agent,
+                "unique_id": None,
+            },
+            {
+                "subentry_type": SUBENTRY_AI_TASK,
+                "data": {CONF_MODEL: model, CONF_POOL: True},
+                "subentry_id": f"{key}_task",
+                "title": f"{agent} task",
+                "unique_id": None,
+            },
+        ],
+    )
+
+
+async def async_voice_command(
+    hass: HomeAssistant, agent_id: str, text: str = "turn on the kitchen light"
+) -> str:
+    """Ask an agent as a voice satellite does (the voice lane); return what it said."""
+    result = await conversation.async_converse(
+        hass, text, None, Context(), agent_id=agent_id, device_id="kitchen-satellite"
+    )
+    assert result.response.response_type is intent.IntentResponseType.ACTION_DONE, (
+        result.response.speech
+    )
+    speech: str = result.response.speech["plain"]["speech"]
+    return speech

@@ -387,3 +387,28 @@ def test_automation_takes_back_a_slot_background_borrowed() -> None:
         Admit(queue.running[4]),
     ]
     assert len(decisions) <= 4
+
+
+@pytest.mark.parametrize("owed", [False, True])
+def test_background_that_can_no_longer_be_preempted_leaves_the_headroom(
+    owed: bool,
+) -> None:
+    """A background request preempted ``max_preemptions`` times never takes the headroom.
+
+    Owed its share or not: voice could not take that slot back, and would wait for the stream
+    to end (seconds) with every slot held by background it may not preempt.
+    """
+    settings = SchedulerSettings(
+        max_sequences=2, headroom=1, background_share=0.5 if owed else 0.0
+    )
+    queue = Queue(settings)
+    first = entry(1, Lane.BACKGROUND, "j1")
+    queue.push(first)
+    queue.start(first)
+    immune = entry(2, Lane.BACKGROUND, "j2")
+    immune.preemptions = settings.max_preemptions
+    queue.push(immune)
+    assert queue.choose(0.0) is None
+    # Once the other slot frees, it runs there: the share and progress keep their due.
+    queue.release(first)
+    assert queue.choose(0.0) == Admit(immune)

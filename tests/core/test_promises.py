@@ -23,6 +23,10 @@ checked at once:
    at most its quota plus one request (prompt and output limit).
 5. **Every request ends exactly once and frees its slot**; a preempted answer reaches its caller
    whole and in order; nothing is left at the server.
+6. **Voice is never locked out**: a voice command that has waited longer than ``VOICE_WAIT_S``
+   finds at least ``headroom`` slots held by the foreground (voice, typed chats): background that
+   can no longer be preempted never takes the headroom, so voice waits only behind the
+   foreground.
 """
 
 from __future__ import annotations
@@ -58,6 +62,9 @@ from tools.simulator.virtual_time import VirtualTimeLoop
 ASSIST_TOKENS = 2000
 SAMPLE_S = 0.05
 """How often the backlog is sampled."""
+VOICE_WAIT_S = 1.0
+"""How long a voice command may wait before the foreground must hold the headroom (a preemption
+takes effect within an iteration)."""
 EXAMPLES = hyp_settings(
     max_examples=12,
     deadline=None,
@@ -171,6 +178,8 @@ class Evening:
         default_factory=list
     )
     """(time, the (lane, requester) pairs with a request waiting)."""
+    lockouts: list[str] = field(default_factory=list)
+    """Samples in which voice had waited past ``VOICE_WAIT_S`` beside too few foreground slots."""
     admissions: list[tuple[float, QueuedRequest, float, list[QueuedRequest]]] = field(
         default_factory=list
     )
@@ -336,6 +345,30 @@ async def _evening(household: Household) -> Evening:
                 if t.queued.waiting
             )
             evening.samples.append((loop.time(), waiting))
+            voice_since = min(
+                (
+                    t.queued.enqueued_at
+                    for t in scheduler._tickets.values()
+                    if t.queued.waiting and t.queued.lane.urgent
+                ),
+                default=None,
+            )
+            if voice_since is not None and loop.time() - voice_since > VOICE_WAIT_S:
+                running = [
+                    t.queued.lane.key
+                    for t in scheduler._tickets.values()
+                    if t.queued.running
+                ]
+                foreground = sum(
+                    1
+                    for t in scheduler._tickets.values()
+                    if t.queued.running and t.queued.lane.foreground
+                )
+                if foreground < settings.headroom:
+                    evening.lockouts.append(
+                        f"at {loop.time():.2f} s voice waited "
+                        f"{loop.time() - voice_since:.2f} s beside {running}"
+                    )
             await asyncio.sleep(SAMPLE_S)
 
     clients = [
@@ -575,6 +608,7 @@ def _promises(household: Household) -> None:
         "progress": _progress(evening),
         "fairness": _fairness(evening),
         "quotas": _quotas(evening),
+        "voice": evening.lockouts,
     }
     assert not any(broken.values()), {k: v[:5] for k, v in broken.items() if v}
 

@@ -25,7 +25,9 @@ Admission limits, checked for the best candidate first:
 - ``max_sequences`` sequences in flight, of which ``headroom`` only voice and interactive may take.
   With preemption on, background borrows them while no voice or interactive work is active (or
   when the share ranked it up): the foreground takes them back by preemption when it comes, and
-  an idle slot is not left unused for hours of nightly summaries.
+  an idle slot is not left unused for hours of nightly summaries. Only a request that can still
+  be preempted borrows them (not one preempted ``max_preemptions`` times, not without
+  preemption), so voice is never locked out by background it may not preempt.
 - ``prefill_budget`` prompt tokens in flight; a single larger request runs alone rather than never.
 - A lane's ``max_concurrency`` cap; ``background_paused``; while voice is active (waiting,
   streaming, or announced by ``Scheduler.prepare``) the prefill guard: a background request with a
@@ -172,6 +174,13 @@ class LanesPolicy(SchedulingPolicy):
             if cap is not None and running_by_lane[lane] >= cap:
                 continue
             free = max_sequences - state.in_flight
+            if (
+                lane.yields
+                and 0 < free <= headroom
+                and not (settings.preemption and _preemptible(state, request))
+            ):
+                # Not even owed its share: voice could not take this slot back.
+                continue
             # Aged to interactive's rank, a request takes the headroom as interactive does.
             takes_headroom = (
                 lane.foreground or owed or (not lane.yields and rank <= best_aged)

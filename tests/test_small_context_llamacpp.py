@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
-from homeassistant.components import conversation
-from homeassistant.core import Context, HomeAssistant
+from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent, issue_registry as ir
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
@@ -27,7 +26,7 @@ from custom_components.llm_lanes.repairs import small_context_issue_id
 from tests.support.entities import async_expose_lights
 from tests.support.entries import async_llama_entry
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, session_llama_server
-from tests.support.requests import async_call_action, finished_requests
+from tests.support.requests import async_call_action, async_say, finished_requests
 
 pytestmark = pytest.mark.llamacpp
 
@@ -84,13 +83,8 @@ async def test_an_assist_sized_turn_gets_a_clear_error(
     """Assist's prompt with 40 exposed lights and its tools: refused, translated, unsent."""
     await async_expose_lights(hass, 40)
     finished = finished_requests(small_entry)
-    result = await conversation.async_converse(
-        hass,
-        "Turn on the light in room 3",
-        None,
-        Context(),
-        agent_id=AGENT,
-        device_id="satellite-kitchen",
+    result = await async_say(
+        hass, AGENT, "Turn on the light in room 3", "satellite-kitchen"
     )
     assert result.response.response_type is intent.IntentResponseType.ERROR
     speech = result.response.speech["plain"]["speech"]

@@ -11,8 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from homeassistant.components import conversation
-from homeassistant.core import Context, HomeAssistant, ServiceCall
+from homeassistant.core import HomeAssistant, ServiceCall
 from homeassistant.helpers import intent
 from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
@@ -29,7 +28,7 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.core.lanes import Lane
 
 from .entries import MODEL, async_set_up, server_entry
-from .requests import async_call_action
+from .requests import async_call_action, async_say
 
 GPU_RANKS: Mapping[Lane, int] = {
     Lane.VOICE: 1,
@@ -162,9 +161,7 @@ async def async_voice_command(
     hass: HomeAssistant, agent_id: str, text: str = "turn on the kitchen light"
 ) -> str:
     """Ask an agent as a voice satellite does (the voice lane); return what it said."""
-    result = await conversation.async_converse(
-        hass, text, None, Context(), agent_id=agent_id, device_id="kitchen-satellite"
-    )
+    result = await async_say(hass, agent_id, text)
     assert result.response.response_type is intent.IntentResponseType.ACTION_DONE, (
         result.response.speech
     )

@@ -8,7 +8,7 @@ simulated server's entry; ``gateway`` starts the test HTTP server on loopback (t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -31,7 +31,7 @@ from custom_components.llm_lanes.gateway.clients import (
 )
 from custom_components.llm_lanes.requesters import client_requester
 from tests.support.entries import async_llama_entry
-from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.llamacpp import LlamaServer
 from tools.simulator.server import SimConfig, SimulatedServer
 
 from .sim import GatewaySim
@@ -178,18 +178,10 @@ async def gateway(
         await runner.cleanup()
 
 
-@pytest.fixture(scope="session")
-def gateway_llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server (4 slots) for the gateway tests of the session that ask for it."""
-    yield from session_llama_server()
-
-
 @pytest.fixture
 async def llama_entry(
-    hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
+    hass: HomeAssistant, gateway: Gateway, llama_server: LlamaServer
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up an LLM Lanes entry for the real server (after the gateway's app runs), defaults."""
-    async with async_llama_entry(
-        hass, gateway_llama_server, "llama.cpp (real)"
-    ) as entry:
+    async with async_llama_entry(hass, llama_server, "llama.cpp (real)") as entry:
         yield entry

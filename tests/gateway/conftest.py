@@ -105,6 +105,20 @@ class Gateway:
         await self.hass.async_block_till_done()
         return ClientKey(subentry.subentry_id, api_key)
 
+    async def add_openai_client(
+        self, entry: ConfigEntry, **client: Any
+    ) -> tuple[ClientKey, openai.AsyncOpenAI]:
+        """Add a client (``add_client``) and make an OpenAI client with its key."""
+        key = await self.add_client(entry, **client)
+        return key, self.openai(key.api_key)
+
+    async def add_ollama_client(
+        self, entry: ConfigEntry, **client: Any
+    ) -> tuple[ClientKey, ollama.AsyncClient]:
+        """Add a client (``add_client``) and make an Ollama client of its host URL."""
+        key = await self.add_client(entry, **client)
+        return key, self.ollama(key.api_key)
+
     async def close(self) -> None:
         """Close every client made."""
         for client in self._closing:

@@ -31,9 +31,8 @@ async def test_both_endpoints_in_front_of_llama_server(
 ) -> None:
     """OpenAI chat (streamed), raw completion and an Ollama chat, all through the scheduler."""
     model = llama_server.model_name
-    client = await gateway.add_client(llama_entry, lane="voice")
+    client, api = await gateway.add_openai_client(llama_entry, lane="voice")
     finished = finished_requests(llama_entry)
-    api = gateway.openai(client.api_key)
 
     stream = await api.chat.completions.create(
         model=model,

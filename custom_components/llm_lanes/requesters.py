@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 AI_TASK_REQUESTER: Final = "ai_task"
 JOBS_REQUESTER: Final = "job"
-"""Who unnamed jobs are charged to when no user or automation asked for them."""
+"""Who unnamed jobs are charged to when no user or automation asked for them (and the kind of
+a named job's id, ``job:<name>``)."""
 OTHER_REQUESTER: Final = "other"
 """Where the tokens of requesters a server does not keep go."""
 AUTOMATION_DOMAIN: Final = "automation"
+USER_KIND: Final = "user"
+DEVICE_KIND: Final = "device"
 CLIENT_KIND: Final = "client"
 """The kind of a gateway client's requester id (``client:<subentry id>``)."""
 REQUESTER_MAX_LENGTH: Final = 128
@@ -44,32 +47,37 @@ MAX_NAMED_REQUESTERS: Final = 50
 REQUESTER_TOKENS_KEY: Final = "requester_tokens"
 """Prefix of the key (and unique id suffix) of a per-requester token sensor."""
 
-_LASTING_KINDS: Final = frozenset({"user", "device", AUTOMATION_DOMAIN})
+_LASTING_KINDS: Final = frozenset({USER_KIND, DEVICE_KIND, AUTOMATION_DOMAIN})
 """Kinds of requesters that Home Assistant's own registries bound."""
 _FIXED: Final = frozenset(
     {AI_TASK_REQUESTER, JOBS_REQUESTER, OTHER_REQUESTER, "generate"}
 )
 
 
+def _requester(kind: str, ident: str) -> str:
+    """Name the requester ``ident`` of a ``kind``: ``kind:ident`` (split at the first colon)."""
+    return f"{kind}:{ident}"
+
+
 def user_requester(user_id: str) -> str:
     """Name the requester of a Home Assistant user."""
-    return f"user:{user_id}"
+    return _requester(USER_KIND, user_id)
 
 
 def device_requester(device_id: str) -> str:
     """Name the requester of a device (a voice satellite)."""
-    return f"device:{device_id}"
+    return _requester(DEVICE_KIND, device_id)
 
 
 def automation_requester(entity_id: str) -> str:
     """Name the requester of an automation."""
-    return f"automation:{entity_id}"
+    return _requester(AUTOMATION_DOMAIN, entity_id)
 
 
 def job_requester(name: str | None) -> str:
     """Name the requester of a stored job: ``job:<slug of its name>``, or ``job`` without one."""
     slug = slugify(name or "")[: REQUESTER_MAX_LENGTH - 4]
-    return f"job:{slug}" if slug else JOBS_REQUESTER
+    return _requester(JOBS_REQUESTER, slug) if slug else JOBS_REQUESTER
 
 
 def is_requester_id(value: str) -> bool:
@@ -79,7 +87,7 @@ def is_requester_id(value: str) -> bool:
 
 def client_requester(subentry_id: str) -> str:
     """Name the requester of a gateway client (its subentry)."""
-    return f"{CLIENT_KIND}:{subentry_id}"
+    return _requester(CLIENT_KIND, subentry_id)
 
 
 def automation_for_context(hass: HomeAssistant, context: Context | None) -> str | None:
@@ -154,10 +162,10 @@ async def _async_known_name(
     hass: HomeAssistant, kind: str, ident: str
 ) -> tuple[bool, str | None]:
     """Whether Home Assistant knows this user, device or automation, and what it calls it."""
-    if kind == "user":
+    if kind == USER_KIND:
         user = await hass.auth.async_get_user(ident)
         return user is not None, user.name if user is not None else None
-    if kind == "device":
+    if kind == DEVICE_KIND:
         device = dr.async_get(hass).async_get(ident)
         if device is None:
             return False, None
@@ -226,7 +234,7 @@ async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
     name: str | None = None
     if kind in _LASTING_KINDS and ident:
         _, name = await _async_known_name(hass, kind, ident)
-    elif kind == "job" and ident:
+    elif kind == JOBS_REQUESTER and ident:
         name = ident
     elif kind == CLIENT_KIND and ident:
         name = next(

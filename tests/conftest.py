@@ -29,6 +29,7 @@ from custom_components.llm_lanes.const import (
 from tools.simulator.server import SimConfig, SimulatedServer
 
 from .support.entries import FAST_SIM, async_set_up, server_entry
+from .support.llamacpp import LlamaServer, session_llama_server
 
 ENTRY_ID = "01JLLMLANESSIMENTRY0000000"
 """The simulated server's entry id, fixed so that unique ids (and snapshots) are the same every run."""
@@ -118,6 +119,15 @@ async def ha_core(hass: HomeAssistant) -> HomeAssistant:
     """Home Assistant with its core integration set up (conversation needs exposed entities)."""
     assert await async_setup_component(hass, "homeassistant", {})
     return hass
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[LlamaServer]:
+    """Run a real llama-server (``--parallel 4``, 1,024 tokens a slot) for the session's tests.
+
+    Built from source on first use; one server serves every test that asks for it.
+    """
+    yield from session_llama_server()
 
 
 # --- LLM Lanes entries against the simulated server ----------------------------------------------

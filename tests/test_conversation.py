@@ -15,7 +15,7 @@ from pytest_homeassistant_custom_component.common import (
 from custom_components.llm_lanes.core.lanes import Lane
 
 from .support.entities import async_set_options
-from .support.requests import finished_requests
+from .support.requests import async_say, finished_requests
 
 AGENT = "conversation.sim_agent"
 
@@ -54,13 +54,8 @@ async def test_satellite_is_voice_and_turns_on_a_light(
     calls = async_mock_service(hass, "light", "turn_on")
     finished = finished_requests(init_integration)
 
-    result = await conversation.async_converse(
-        hass,
-        'intent__HassTurnOn name="Kitchen light"',
-        None,
-        Context(),
-        agent_id=AGENT,
-        device_id="satellite-device",
+    result = await async_say(
+        hass, AGENT, 'intent__HassTurnOn name="Kitchen light"', "satellite-device"
     )
     assert result.response.response_type is intent.IntentResponseType.ACTION_DONE
     assert result.response.speech["plain"]["speech"] == "Done."

@@ -9,7 +9,6 @@ brings the gauge back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import aiohttp
 from homeassistant.config_entries import ConfigEntryState
@@ -22,24 +21,18 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from tests.support.entities import state_of
 from tests.support.entries import async_set_up, server_entry
-from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.llamacpp import LlamaServer
 from tests.support.requests import async_wait_for
 
 pytestmark = pytest.mark.llamacpp
 
 
-@pytest.fixture(scope="session")
-def sensors_llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server (``--parallel 4 --metrics --slots``) for the session."""
-    yield from session_llama_server()
-
-
 @pytest.mark.usefixtures("ha_core", "socket_enabled")
 async def test_slots_busy_from_a_real_llama_server(
-    hass: HomeAssistant, sensors_llama_server: LlamaServer
+    hass: HomeAssistant, llama_server: LlamaServer
 ) -> None:
     """Slots busy is 0 while idle and counts a streaming request; no KV-cache sensor."""
-    server = sensors_llama_server
+    server = llama_server
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"{server.url}/metrics") as response,

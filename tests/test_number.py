@@ -9,6 +9,7 @@ import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.llm_lanes.const import OPT_BACKGROUND_SHARE, OPT_MAX_SEQUENCES
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tools.simulator.server import SimConfig
 
 from .support.entities import async_call_entity_action, async_set_options, state_of
@@ -28,37 +29,41 @@ async def _set(
     )
 
 
-async def test_max_sequences(
-    hass: HomeAssistant, init_integration: MockConfigEntry
+@pytest.mark.parametrize(
+    ("key", "shown", "typed", "stored", "shown_after"),
+    [
+        # Defaults to the server's slots.
+        (OPT_MAX_SEQUENCES, 3, 2, 2, 2),
+        # Shown in percent (to one decimal), stored as a fraction.
+        (
+            OPT_BACKGROUND_SHARE,
+            round(SchedulerSettings().background_share * 100, 1),
+            25,
+            0.25,
+            25.0,
+        ),
+    ],
+)
+async def test_a_new_value_reaches_the_options_and_the_scheduler(
+    hass: HomeAssistant,
+    init_integration: MockConfigEntry,
+    *,
+    key: str,
+    shown: float,
+    typed: float,
+    stored: float,
+    shown_after: float,
 ) -> None:
-    """Defaults to the server's slots; a new value reaches the options and the scheduler."""
+    """The setting is shown; a new value is stored in the options and applied live."""
     entry = init_integration
     scheduler = entry.runtime_data.scheduler
-    assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "3"
+    assert state_of(hass, entry, "number", key) == str(shown)
 
-    await _set(hass, entry, OPT_MAX_SEQUENCES, 2)
+    await _set(hass, entry, key, typed)
 
-    assert entry.options[OPT_MAX_SEQUENCES] == 2
-    assert scheduler.settings.max_sequences == 2
-    assert state_of(hass, entry, "number", OPT_MAX_SEQUENCES) == "2"
-
-
-async def test_background_share(
-    hass: HomeAssistant, init_integration: MockConfigEntry
-) -> None:
-    """Shown in percent, stored as a fraction."""
-    entry = init_integration
-    scheduler = entry.runtime_data.scheduler
-    default = scheduler.settings.background_share
-    assert float(
-        state_of(hass, entry, "number", OPT_BACKGROUND_SHARE)
-    ) == pytest.approx(default * 100)
-
-    await _set(hass, entry, OPT_BACKGROUND_SHARE, 25)
-
-    assert entry.options[OPT_BACKGROUND_SHARE] == 0.25
-    assert scheduler.settings.background_share == 0.25
-    assert float(state_of(hass, entry, "number", OPT_BACKGROUND_SHARE)) == 25
+    assert entry.options[key] == stored
+    assert getattr(scheduler.settings, key) == stored
+    assert state_of(hass, entry, "number", key) == str(shown_after)
 
 
 async def test_follows_options_changed_elsewhere(

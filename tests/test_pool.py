@@ -55,7 +55,16 @@ from tools.simulator.server import SimulatedServer
 from .support.entities import async_flush_snapshots, entity_id_for, state_of
 from .support.entries import FAST_SIM, MODEL, REAL_SPEED_SIM, async_set_up
 from .support.llamacpp import free_port
-from .support.pool import GPU_RANKS, MINI_RANKS, async_voice_command, pool_member_entry
+from .support.pool import (
+    GPU_RANKS,
+    WAKE_BUTTON,
+    async_set_up_mini,
+    async_set_up_sleeping_gpu,
+    async_set_up_wake_button,
+    async_voice_command,
+    pool_member_entry,
+    start_job,
+)
 from .support.requests import async_call_action, async_wait_for
 
 GPU_AGENT = "conversation.gpu_agent"
@@ -92,12 +101,7 @@ async def home(ha_core: HomeAssistant, socket_enabled: None) -> AsyncIterator[Ho
                 gpu_sim.url, "GPU box", GPU_RANKS, model=MODEL, agent="GPU agent"
             ),
         )
-        mini = await async_set_up(
-            hass,
-            pool_member_entry(
-                mini_sim.url, "Mini PC", MINI_RANKS, model=MODEL, agent="Mini agent"
-            ),
-        )
+        mini = await async_set_up_mini(hass, mini_sim.url)
         yield Home(gpu, mini, gpu_sim, mini_sim)
         for entry in (gpu, mini):
             if entry.state is ConfigEntryState.LOADED:
@@ -270,59 +274,25 @@ async def test_a_job_wakes_the_sleeping_box_while_voice_goes_to_the_awake_one(
         await booted.wait()  # the machine takes a while to come up
         await gpu_sim.start()
 
-    hass.services.async_register("test", "boot_gpu", boot)
-    assert await async_setup_component(
-        hass,
-        "template",
-        {
-            "template": [
-                {
-                    "button": [
-                        {"name": "Wake GPU", "press": [{"action": "test.boot_gpu"}]}
-                    ]
-                }
-            ]
-        },
-    )
-    await hass.async_block_till_done()
+    await async_set_up_wake_button(hass, boot)
     async with SimulatedServer(FAST_SIM) as mini_sim:
-        gpu = await async_set_up(
-            hass,
-            pool_member_entry(
-                f"http://127.0.0.1:{port}",
-                "GPU box",
-                GPU_RANKS,
-                model=MODEL,
-                agent="GPU agent",
-                **{OPT_WAKE_ENTITY: "button.wake_gpu"},
-            ),
+        gpu = await async_set_up_sleeping_gpu(
+            hass, f"http://127.0.0.1:{port}", GPU_RANKS, model=MODEL
         )
-        mini = await async_set_up(
-            hass,
-            pool_member_entry(
-                mini_sim.url, "Mini PC", MINI_RANKS, model=MODEL, agent="Mini agent"
-            ),
-        )
+        mini = await async_set_up_mini(hass, mini_sim.url)
         try:
             pool = household_of(hass)
             assert pool.state(gpu.entry_id) is ServerState.ASLEEP
             events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
-            job = asyncio.create_task(
-                async_call_action(
-                    hass,
-                    "summarize",
-                    config_entry_id=gpu.entry_id,
-                    text="The front door opened twice; the heating ran all morning.",
-                    run_now=True,
-                    wait=True,
-                )
+            job = start_job(
+                hass, gpu, "The front door opened twice; the heating ran all morning."
             )
             async with asyncio.timeout(10):
                 await async_wait_for(
                     lambda: pool.state(gpu.entry_id) is ServerState.WAKING,
                     limit=100_000,
                 )
-            assert hass.states.get("button.wake_gpu").state != "unknown"  # pressed
+            assert hass.states.get(WAKE_BUTTON).state != "unknown"  # pressed
 
             # (Not hass.async_block_till_done: the button's press is a task it would wait for.)
             assert await async_voice_command(hass, GPU_AGENT)

@@ -28,8 +28,8 @@ from custom_components.llm_lanes.core.router import ANY_MODEL
 from custom_components.llm_lanes.household import household_of
 from tools.simulator.server import SimulatedServer
 
-from .support.entries import FAST_SIM, MODEL, async_set_up
-from .support.pool import GPU_RANKS, MINI_RANKS, pool_member_entry
+from .support.entries import FAST_SIM, async_set_up
+from .support.pool import GPU_RANKS, async_set_up_mini, pool_member_entry
 
 ENGINE_MODEL = "Qwen/Qwen3-8B"
 
@@ -158,12 +158,7 @@ async def household_with_engine(
                 agent="Cluster agent",
             ),
         )
-        mini = await async_set_up(
-            hass,
-            pool_member_entry(
-                mini_sim.url, "Mini PC", MINI_RANKS, model=MODEL, agent="Mini agent"
-            ),
-        )
+        mini = await async_set_up_mini(hass, mini_sim.url)
         yield cluster, mini
         for entry in (cluster, mini):
             if entry.state is ConfigEntryState.LOADED:

@@ -9,10 +9,9 @@ what to change, an Assist turn too long for the slot is refused with a clear tra
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-from homeassistant.components import conversation
-from homeassistant.core import Context, HomeAssistant
+from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent, issue_registry as ir
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
@@ -26,29 +25,23 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.repairs import small_context_issue_id
 from tests.support.entities import async_expose_lights
 from tests.support.entries import async_llama_entry
-from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, session_llama_server
-from tests.support.requests import async_call_action, finished_requests
+from tests.support.llamacpp import MODEL_ALIAS, LlamaServer
+from tests.support.requests import async_call_action, async_say, finished_requests
 
 pytestmark = pytest.mark.llamacpp
 
 AGENT = "conversation.small_agent"
 
 
-@pytest.fixture(scope="module")
-def small_llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server: --parallel 4, --ctx-size 4096 (the default), 1,024 a slot."""
-    yield from session_llama_server()
-
-
 @pytest.fixture
 async def small_entry(
-    ha_core: HomeAssistant, small_llama_server: LlamaServer, socket_enabled: None
+    ha_core: HomeAssistant, llama_server: LlamaServer, socket_enabled: None
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up an LLM Lanes entry for that server, with an Assist agent for the home."""
-    assert small_llama_server.context_per_slot == 1024
+    assert llama_server.context_per_slot == 1024
     async with async_llama_entry(
         ha_core,
-        small_llama_server,
+        llama_server,
         "Small",
         subentries_data=[
             {
@@ -84,13 +77,8 @@ async def test_an_assist_sized_turn_gets_a_clear_error(
     """Assist's prompt with 40 exposed lights and its tools: refused, translated, unsent."""
     await async_expose_lights(hass, 40)
     finished = finished_requests(small_entry)
-    result = await conversation.async_converse(
-        hass,
-        "Turn on the light in room 3",
-        None,
-        Context(),
-        agent_id=AGENT,
-        device_id="satellite-kitchen",
+    result = await async_say(
+        hass, AGENT, "Turn on the light in room 3", "satellite-kitchen"
     )
     assert result.response.response_type is intent.IntentResponseType.ERROR
     speech = result.response.speech["plain"]["speech"]

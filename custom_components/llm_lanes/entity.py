@@ -86,16 +86,30 @@ def server_device_info(entry: LLMLanesConfigEntry) -> DeviceInfo:
     )
 
 
+class ServerDeviceEntity(Entity):
+    """An entity on the device of one LLM server (the server's own, or the pool's on it)."""
+
+    _attr_has_entity_name = True
+    entry: LLMLanesConfigEntry
+
+    def _attach(
+        self, entry: LLMLanesConfigEntry, description: EntityDescription
+    ) -> None:
+        """Put the entity on ``entry``'s server device; the description's key makes its unique id."""
+        self.entry = entry
+        self.entity_description = description
+        self._attr_unique_id = f"{entry.entry_id}_{description.key}"
+        self._attr_device_info = server_device_info(entry)
+
+
 class LLMLanesEntity[CoordinatorT: DataUpdateCoordinator[Any]](
-    CoordinatorEntity[CoordinatorT]
+    CoordinatorEntity[CoordinatorT], ServerDeviceEntity
 ):
     """An entity of one LLM server's device, fed by one of the entry's coordinators.
 
     Unavailable when its coordinator's last update failed or the server's last poll did; it
     writes its state when either coordinator updates.
     """
-
-    _attr_has_entity_name = True
 
     def __init__(
         self,
@@ -105,10 +119,7 @@ class LLMLanesEntity[CoordinatorT: DataUpdateCoordinator[Any]](
     ) -> None:
         """Attach the entity to the server's device; the description's key makes its unique id."""
         super().__init__(coordinator)
-        self.entry = entry
-        self.entity_description = description
-        self._attr_unique_id = f"{entry.entry_id}_{description.key}"
-        self._attr_device_info = server_device_info(entry)
+        self._attach(entry, description)
 
     @property
     def available(self) -> bool:

@@ -69,6 +69,7 @@ from custom_components.llm_lanes.core.router import ANY_MODEL, Capabilities
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, PoolSnapshot
 from custom_components.llm_lanes.jobs.model import Job
 from custom_components.llm_lanes.jobs.run import SchedulerRoute
+from custom_components.llm_lanes.listeners import Listeners
 from custom_components.llm_lanes.repairs import (
     async_clear_pool_lane_issue,
     async_raise_pool_lane_issue,
@@ -125,7 +126,7 @@ class Household:
         self._entries: dict[str, LLMLanesConfigEntry] = {}
         self._options: dict[str, PoolOptions] = {}
         self._update_lock = asyncio.Lock()
-        self._listeners: list[CALLBACK_TYPE] = []
+        self._listeners = Listeners()
         self._unsub_tick: CALLBACK_TYPE | None = None
         self._down_since: dict[Lane, datetime] = {}
         self._notify = Debouncer(
@@ -315,14 +316,7 @@ class Household:
     @callback
     def add_listener(self, listener: CALLBACK_TYPE) -> CALLBACK_TYPE:
         """Call ``listener`` (at most once a second) when the pool's states or counters change."""
-        self._listeners.append(listener)
-
-        @callback
-        def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return remove
+        return self._listeners.add(listener)
 
     @callback
     def _notify_soon(self) -> None:
@@ -331,8 +325,7 @@ class Household:
 
     @callback
     def _async_notify(self) -> None:
-        for listener in tuple(self._listeners):
-            listener()
+        self._listeners.changed()
 
     @callback
     def _tick(self, now: datetime) -> None:

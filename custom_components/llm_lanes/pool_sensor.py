@@ -29,7 +29,7 @@ from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.availability import ServerState
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.snapshot import MemberSnapshot
-from custom_components.llm_lanes.entity import async_lane_names, server_device_info
+from custom_components.llm_lanes.entity import ServerDeviceEntity, async_lane_names
 from custom_components.llm_lanes.household import Household, household_of
 
 POOL_STATE_KEY = "pool_state"
@@ -93,10 +93,9 @@ def pool_sensors(
     return sensors
 
 
-class PoolSensor(SensorEntity):
+class PoolSensor(ServerDeviceEntity, SensorEntity):
     """A sensor of the household's pool on one server's device."""
 
-    _attr_has_entity_name = True
     _attr_should_poll = False
 
     def __init__(
@@ -107,10 +106,7 @@ class PoolSensor(SensorEntity):
     ) -> None:
         """Show ``description`` of the pool on the device of ``entry``'s server."""
         self.home = home
-        self.entry = entry
-        self.entity_description = description
-        self._attr_unique_id = f"{entry.entry_id}_{description.key}"
-        self._attr_device_info = server_device_info(entry)
+        self._attach(entry, description)
 
     async def async_added_to_hass(self) -> None:
         """Follow the household."""

@@ -15,6 +15,7 @@ automations Home Assistant knows always; named requesters (job names, clients, f
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 import re
 from typing import TYPE_CHECKING, Final
 
@@ -34,8 +35,6 @@ JOBS_REQUESTER: Final = "job"
 OTHER_REQUESTER: Final = "other"
 """Where the tokens of requesters a server does not keep go."""
 AUTOMATION_DOMAIN: Final = "automation"
-CLIENT_KIND: Final = "client"
-"""The kind of a gateway client's requester id (``client:<subentry id>``)."""
 REQUESTER_MAX_LENGTH: Final = 128
 REQUESTER_ID: Final = re.compile(rf"[A-Za-z0-9_.:@-]{{1,{REQUESTER_MAX_LENGTH}}}")
 """What a requester id may be: short, printable, no spaces (it ends up in a unique id)."""
@@ -44,32 +43,51 @@ MAX_NAMED_REQUESTERS: Final = 50
 REQUESTER_TOKENS_KEY: Final = "requester_tokens"
 """Prefix of the key (and unique id suffix) of a per-requester token sensor."""
 
-_LASTING_KINDS: Final = frozenset({"user", "device", AUTOMATION_DOMAIN})
+
+class _Kind(StrEnum):
+    """What a requester id ``kind:ident`` names (``_requester`` builds one)."""
+
+    USER = "user"
+    DEVICE = "device"
+    """A voice satellite."""
+    AUTOMATION = AUTOMATION_DOMAIN
+    CLIENT = "client"
+    """A gateway client (``client:<subentry id>``)."""
+    JOB = "job"
+    """A named job (``job:<slug of its name>``)."""
+
+
+_LASTING_KINDS: Final = frozenset({_Kind.USER, _Kind.DEVICE, _Kind.AUTOMATION})
 """Kinds of requesters that Home Assistant's own registries bound."""
 _FIXED: Final = frozenset(
     {AI_TASK_REQUESTER, JOBS_REQUESTER, OTHER_REQUESTER, "generate"}
 )
 
 
+def _requester(kind: _Kind, ident: str) -> str:
+    """Name the requester ``ident`` of a ``kind``: ``kind:ident`` (split at the first colon)."""
+    return f"{kind}:{ident}"
+
+
 def user_requester(user_id: str) -> str:
     """Name the requester of a Home Assistant user."""
-    return f"user:{user_id}"
+    return _requester(_Kind.USER, user_id)
 
 
 def device_requester(device_id: str) -> str:
     """Name the requester of a device (a voice satellite)."""
-    return f"device:{device_id}"
+    return _requester(_Kind.DEVICE, device_id)
 
 
 def automation_requester(entity_id: str) -> str:
     """Name the requester of an automation."""
-    return f"automation:{entity_id}"
+    return _requester(_Kind.AUTOMATION, entity_id)
 
 
 def job_requester(name: str | None) -> str:
     """Name the requester of a stored job: ``job:<slug of its name>``, or ``job`` without one."""
     slug = slugify(name or "")[: REQUESTER_MAX_LENGTH - 4]
-    return f"job:{slug}" if slug else JOBS_REQUESTER
+    return _requester(_Kind.JOB, slug) if slug else JOBS_REQUESTER
 
 
 def is_requester_id(value: str) -> bool:
@@ -79,7 +97,7 @@ def is_requester_id(value: str) -> bool:
 
 def client_requester(subentry_id: str) -> str:
     """Name the requester of a gateway client (its subentry)."""
-    return f"{CLIENT_KIND}:{subentry_id}"
+    return _requester(_Kind.CLIENT, subentry_id)
 
 
 def automation_for_context(hass: HomeAssistant, context: Context | None) -> str | None:
@@ -146,7 +164,7 @@ def async_remove_deleted_client_sensors(
         ):
             continue
         kind, _, ident = registry_entry.unique_id.removeprefix(prefix).partition(":")
-        if kind == CLIENT_KIND and ident not in entry.subentries:
+        if kind == _Kind.CLIENT and ident not in entry.subentries:
             registry.async_remove(registry_entry.entity_id)
 
 
@@ -154,15 +172,15 @@ async def _async_known_name(
     hass: HomeAssistant, kind: str, ident: str
 ) -> tuple[bool, str | None]:
     """Whether Home Assistant knows this user, device or automation, and what it calls it."""
-    if kind == "user":
+    if kind == _Kind.USER:
         user = await hass.auth.async_get_user(ident)
         return user is not None, user.name if user is not None else None
-    if kind == "device":
+    if kind == _Kind.DEVICE:
         device = dr.async_get(hass).async_get(ident)
         if device is None:
             return False, None
         return True, device.name_by_user or device.name
-    if kind == AUTOMATION_DOMAIN and ident.startswith(f"{AUTOMATION_DOMAIN}."):
+    if kind == _Kind.AUTOMATION and ident.startswith(f"{AUTOMATION_DOMAIN}."):
         if (state := hass.states.get(ident)) is not None:
             return True, state.attributes.get(ATTR_FRIENDLY_NAME)
         if (registry_entry := er.async_get(hass).async_get(ident)) is not None:
@@ -226,9 +244,9 @@ async def async_requester_name(hass: HomeAssistant, requester: str) -> str:
     name: str | None = None
     if kind in _LASTING_KINDS and ident:
         _, name = await _async_known_name(hass, kind, ident)
-    elif kind == "job" and ident:
+    elif kind == _Kind.JOB and ident:
         name = ident
-    elif kind == CLIENT_KIND and ident:
+    elif kind == _Kind.CLIENT and ident:
         name = next(
             (
                 subentry.title

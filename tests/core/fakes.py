@@ -157,6 +157,11 @@ class FakeBackend(Backend):
             self.active.remove(stream)
 
 
+def served_tags(backend: FakeBackend) -> list[str]:
+    """Return the ``tag`` of each request the fake server was sent, in the order it started them."""
+    return [str(stream.request.options["tag"]) for stream in backend.streams]
+
+
 def expected_text(tokens: int) -> str:
     """Return the whole answer of ``tokens`` tokens that the fake server gives."""
     return "".join(f"t{index} " for index in range(tokens))

@@ -17,7 +17,7 @@ from custom_components.llm_lanes.core.lanes import (
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 
-from .fakes import FakeBackend, FakeClock, chat, settle
+from .fakes import FakeBackend, FakeClock, chat, served_tags, settle
 from .test_scheduler import spawn
 
 ALARM = Lane(
@@ -63,14 +63,9 @@ async def test_a_fifth_lane_runs_in_its_rank() -> None:
     assert snapshot.lanes[ALARM].queue_depth == 1
     gate.set()
     await asyncio.gather(first, *tasks)
-    assert [s.request.options["tag"] for s in backend.streams] == [
+    assert served_tags(backend) == [
         "first",
-        "alarm",
-        "voice",
-        "interactive",
-        "automation",
-        "background",
-        "overnight",
+        *(lane.key for lane in (ALARM, *LANES, OVERNIGHT)),
     ]
     # The priority passed to servers that take one is the lane's rank.
     assert backend.streams[1].request.priority == -1
@@ -91,7 +86,7 @@ async def test_a_fifth_lane_has_its_limits_and_its_traits() -> None:
     assert scheduler.snapshot().preemptions_total == 1
     gate.set()
     await summary
-    assert [s.request.options["tag"] for s in backend.streams][1:4] == ["alarm"] * 3
+    assert served_tags(backend)[1:4] == ["alarm"] * 3
 
 
 async def test_a_yielding_fifth_lane_shares_background_s_guarantees() -> None:

@@ -129,23 +129,29 @@ async def household(
             wake_limit_s=gpu_power.wake_limit_s,
             idle_sleep_s=gpu_power.idle_sleep_s,
         )
+
+    def member(
+        box: Box, capabilities: Capabilities, prefill_tok_s: float
+    ) -> PoolMember:
+        return PoolMember(
+            name=box.name,
+            scheduler=schedulers[box.name],
+            health=box.health,
+            capabilities=capabilities,
+            prefill_tok_s=prefill_tok_s,
+        )
+
     pool = ServerPool(
         [
-            PoolMember(
-                name="gpu",
-                scheduler=schedulers["gpu"],
-                health=gpu.health,
-                capabilities=gpu_capabilities or Capabilities(model="qwen3:8b"),
+            replace(
+                member(gpu, gpu_capabilities or Capabilities(model="qwen3:8b"), 6000.0),
                 power=gpu_power,
                 state=gpu_state,
-                prefill_tok_s=6000.0,
             ),
-            PoolMember(
-                name="mini",
-                scheduler=schedulers["mini"],
-                health=mini.health,
-                capabilities=mini_capabilities or Capabilities(model="qwen3:1.7b"),
-                prefill_tok_s=mini_prefill_tok_s,
+            member(
+                mini,
+                mini_capabilities or Capabilities(model="qwen3:1.7b"),
+                mini_prefill_tok_s,
             ),
         ],
         PoolSettings(routes=routes, **(pool_settings or {})),

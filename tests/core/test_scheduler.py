@@ -25,7 +25,7 @@ from custom_components.llm_lanes.core.settings import (
 )
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, GenerateResult
 
-from .fakes import FakeBackend, FakeClock, chat, expected_text, settle
+from .fakes import FakeBackend, FakeClock, chat, expected_text, served_tags, settle
 
 
 def make(
@@ -137,13 +137,7 @@ async def test_strict_lane_priority() -> None:
     assert scheduler.snapshot().queue_depth == 4
     gate.set()
     await asyncio.gather(first, *tasks)
-    assert [s.request.options["tag"] for s in backend.streams] == [
-        "first",
-        "voice",
-        "interactive",
-        "automation",
-        "background",
-    ]
+    assert served_tags(backend) == ["first", *(lane.key for lane in LANES)]
 
 
 async def test_headroom_is_kept_for_voice_and_interactive() -> None:
@@ -269,7 +263,7 @@ async def test_aging(
     await settle()
     gate.set()
     await asyncio.gather(first, old, new)
-    assert [s.request.options["tag"] for s in backend.streams] == order
+    assert served_tags(backend) == order
 
 
 async def test_vtc_serves_the_least_served_requester_first() -> None:
@@ -293,7 +287,7 @@ async def test_vtc_serves_the_least_served_requester_first() -> None:
     await asyncio.gather(blocker, *tasks)
     # Counters (prompt 10, output weight 2): heavy +50 per request, light +20: light catches up
     # with heavy's one request only after three of its own.
-    assert [s.request.options["tag"] for s in backend.streams] == [
+    assert served_tags(backend) == [
         "block",
         "heavy1",
         "light1",
@@ -594,6 +588,4 @@ async def test_fifo_policy_serves_in_arrival_order() -> None:
     await settle()
     gate.set()
     await asyncio.gather(*tasks)
-    assert [s.request.options["tag"] for s in backend.streams] == [
-        lane.key for lane in reversed(LANES)
-    ]
+    assert served_tags(backend) == [lane.key for lane in reversed(LANES)]

@@ -18,13 +18,14 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 import re
-import time
 from typing import Any
 
 from dev_instance import DevInstance, free_port
 import openai
-from playwright.sync_api import Page, Response, expect
+from playwright.sync_api import Page, expect
 import pytest
+
+from tests.e2e import browser
 
 pytestmark = pytest.mark.e2e
 
@@ -45,28 +46,6 @@ BLUEPRINT = "LLM slow → pause background"
 HOME_ASSISTANT = "document.querySelector('home-assistant')"
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    """Poll a condition on the page until it holds (for states no selector can express)."""
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return result
-
-
-def is_flow_step(response: Response) -> bool:
-    """Tell Home Assistant's answer to a submitted config or sub-entry flow step."""
-    return response.request.method == "POST" and "/flow/" in response.url
-
-
-def submit(page: Page) -> dict[str, Any]:
-    """Click the open flow form's Submit; return Home Assistant's next step."""
-    with page.expect_response(is_flow_step) as answer:
-        page.get_by_role("button", name="Submit").click()
-    step: dict[str, Any] = answer.value.json()
-    return step
-
-
 def shows_step(page: Page, step_id: str) -> bool:
     """Tell whether the flow dialog has rendered the given step."""
     shown: str | None = page.locator("step-flow-form").evaluate("e => e.step?.step_id")
@@ -78,44 +57,25 @@ def submit_until_created(page: Page, step: dict[str, Any]) -> None:
     while step["type"] == "form":
         assert not step.get("errors"), step
         step_id = step["step_id"]
-        wait_for(partial(shows_step, page, step_id), f"the form of step {step_id}")
-        step = submit(page)
+        browser.wait_for(
+            partial(shows_step, page, step_id), f"the form of step {step_id}"
+        )
+        step = browser.submit(page)
     assert step["type"] == "create_entry", step
 
 
 def test_first_hour(home_assistant: DevInstance, page: Page, screenshots: Path) -> None:
     """Onboard, add the server and an agent, ask Assist, read the device page."""
-    shots = iter(range(1, 100))
-
-    def shot(name: str, *, full_page: bool = False) -> None:
-        page.screenshot(
-            path=screenshots / f"{next(shots):02d}-{name}.png", full_page=full_page
-        )
-
-    try:
-        first_hour(home_assistant, page, shot)
-    except Exception:
-        shot("failed", full_page=True)
-        raise
+    browser.walk(page, screenshots, partial(first_hour, home_assistant, page))
 
 
-def first_hour(
-    home_assistant: DevInstance, page: Page, shot: Callable[..., None]
-) -> None:
+def first_hour(home_assistant: DevInstance, page: Page, shot: browser.Shot) -> None:
     """Walk the steps, one screenshot each."""
 
     # Onboarding: the owner account, then the analytics and integrations steps.
-    page.goto(home_assistant.url)
-    page.get_by_role("button", name="Create my smart home").click()
-    page.locator("input[name=name]").fill(OWNER["name"])
-    page.locator("input[name=username]").fill(OWNER["username"])
-    page.locator("input[name=password]").fill(OWNER["password"])
-    page.locator("input[name=password_confirm]").fill(OWNER["password"])
+    browser.fill_owner(page, home_assistant.url, OWNER)
     shot("owner")
-    page.get_by_role("button", name="Create account").click()
-    page.get_by_role("button", name="Next").click()
-    page.get_by_role("button", name="Finish").click()
-    expect(page.get_by_text(f"Welcome {OWNER['name']}")).to_be_visible()
+    browser.finish_onboarding(page, OWNER)
     shot("onboarded")
 
     # Add LLM Lanes: a URL nothing answers on first, then the simulator.
@@ -124,7 +84,7 @@ def first_hour(
     page.get_by_placeholder("Search for a brand name").fill("LLM Lanes")
     page.locator("ha-integration-list-item", has_text="LLM Lanes").click()
     page.locator("input[name=url]").fill(f"http://127.0.0.1:{free_port()}")
-    step = submit(page)
+    step = browser.submit(page)
     assert step["type"] == "form"
     assert step["errors"]
     error = page.locator("ha-alert[alert-type=error]")
@@ -133,7 +93,7 @@ def first_hour(
     assert "127.0.0.1" in error.evaluate(DEEP_TEXT)
     shot("wrong-url-error")
     page.locator("input[name=url]").fill(home_assistant.sim_url)
-    submit_until_created(page, submit(page))
+    submit_until_created(page, browser.submit(page))
     done = page.get_by_role("button", name=re.compile(r"^(Skip and finish|Finish)$"))
     shot("server-added")
     done.click()
@@ -142,7 +102,7 @@ def first_hour(
     page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
     page.get_by_role("button", name="Add conversation agent").click()
     page.locator("input[name=name]").fill(AGENT)
-    submit_until_created(page, submit(page))
+    submit_until_created(page, browser.submit(page))
     shot("agent-added")
     page.get_by_role("button", name="Finish").click()
     expect(page.get_by_text(AGENT).first).to_be_visible()
@@ -166,7 +126,7 @@ def first_hour(
     answers = page.locator("ha-assist-chat .message.hass")
     expect(answers).to_have_count(2)  # the greeting, then the answer
     # While the answer streams, the frontend ends it with an ellipsis.
-    wait_for(
+    browser.wait_for(
         lambda: (text := answers.nth(1).evaluate(DEEP_TEXT)) and not text.endswith("…"),
         "the whole answer",
     )
@@ -180,7 +140,7 @@ def first_hour(
     # title carries the host.
     open_device_page(home_assistant, page)
     rows = page.locator("ha-device-entities-card hui-generic-entity-row")
-    lane_values = wait_for(
+    lane_values = browser.wait_for(
         lambda: [
             text
             for text in (row.evaluate(DEEP_TEXT) for row in rows.all())
@@ -192,7 +152,7 @@ def first_hour(
     assert lane_values
     # The server's URL: the device's Visit link and its Server URL sensor.
     expect(page.locator(f'a[href="{home_assistant.sim_url}"]').first).to_be_attached()
-    wait_for(
+    browser.wait_for(
         lambda: any(
             row.evaluate(DEEP_TEXT).startswith("Server URL")
             and home_assistant.sim_url in row.evaluate(DEEP_TEXT)
@@ -227,7 +187,7 @@ def add_client(
     page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
     page.get_by_role("button", name="Add client").first.click()
     page.locator("input[name=name]").fill(CLIENT)
-    step = submit(page)
+    step = browser.submit(page)
     assert step["type"] == "create_entry", step
     blocks = page.locator("step-flow-create-entry pre code")
     expect(blocks).to_have_count(3)  # the key, the OpenAI base URL, the Ollama host URL
@@ -289,7 +249,7 @@ def automation_from_blueprint(
     shot("blueprint-automation")
     page.get_by_role("button", name="Save").click()
     automations = home_assistant.config_dir / "automations.yaml"
-    wait_for(
+    browser.wait_for(
         lambda: "llm_lanes/llm_slow_pause_background.yaml" in automations.read_text(),
         "the automation in automations.yaml",
     )
@@ -320,7 +280,7 @@ def dashboard(
     # (voice, which served nothing, is left out), and the graph has its history.
     ttft = page.locator("hui-history-graph-card", has_text="Time to first token p95")
     expect(ttft.locator("ha-chart-base canvas")).to_be_visible()
-    legend = wait_for(
+    legend = browser.wait_for(
         lambda: (
             (text := ttft.evaluate(DEEP_TEXT)) and re.search(r"\d+ ms", text) and text
         ),
@@ -350,7 +310,7 @@ def french_device_page(
     expect(page.get_by_role("button", name="Ajouter un client").first).to_be_visible()
     open_device_page(home_assistant, page)
     rows = page.locator("ha-device-entities-card hui-generic-entity-row")
-    wait_for(
+    browser.wait_for(
         lambda: any(LANE_SENSOR.match(row.evaluate(DEEP_TEXT)) for row in rows.all()),
         "the server's English names",
     )
@@ -366,7 +326,7 @@ def french_device_page(
     )
     open_device_page(home_assistant, page)
     rows = page.locator("ha-device-entities-card hui-generic-entity-row")
-    wait_for(
+    browser.wait_for(
         lambda: any(
             re.match(
                 r"^Requêtes servies \(Interactive\) [1-9]", row.evaluate(DEEP_TEXT)

@@ -11,17 +11,18 @@ form shows it again. A screenshot of each step goes to ``artifacts/e2e/pool-NN-s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 import json
 from pathlib import Path
 import re
-import time
 from typing import Any
 
 from dev_instance import CONFIG_YAML, DevInstance, free_port, log_problems
 from playwright.sync_api import Locator, Page, expect
 import pytest
 
+from tests.e2e import browser
 from tests.e2e.conftest import SCREENSHOTS
 
 pytestmark = pytest.mark.e2e
@@ -67,31 +68,12 @@ def pool_screenshots() -> Path:
     return SCREENSHOTS
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    """Poll a condition until it holds (for what no selector can express)."""
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-    return result
-
-
 def stored_entry(home_assistant: DevInstance) -> dict[str, Any]:
     """Return the LLM Lanes entry as Home Assistant stored it (``.storage``)."""
     path = home_assistant.config_dir / ".storage" / "core.config_entries"
     entries = json.loads(path.read_text())["data"]["entries"]
     (entry,) = [entry for entry in entries if entry["domain"] == "llm_lanes"]
     return dict(entry)
-
-
-def submit(page: Page) -> dict[str, Any]:
-    """Click the open form's Submit; return Home Assistant's next step."""
-    with page.expect_response(
-        lambda r: r.request.method == "POST" and "/flow/" in r.url
-    ) as answer:
-        page.get_by_role("button", name="Submit").click()
-    step: dict[str, Any] = answer.value.json()
-    return step
 
 
 def choose(page: Page, field: Locator, option: str) -> None:
@@ -116,35 +98,18 @@ def test_the_pool_options_and_wake_entities(
     home_assistant: DevInstance, page: Page, pool_screenshots: Path
 ) -> None:
     """Configure the pool of the seeded server and an agent of the pool in the browser."""
-    shots = iter(range(1, 100))
-
-    def shot(name: str, *, full_page: bool = False) -> None:
-        page.screenshot(
-            path=pool_screenshots / f"pool-{next(shots):02d}-{name}.png",
-            full_page=full_page,
-        )
-
-    try:
-        configure_pool(home_assistant, page, shot)
-    except Exception:
-        shot("failed", full_page=True)
-        raise
+    browser.walk(
+        page,
+        pool_screenshots,
+        partial(configure_pool, home_assistant, page),
+        prefix="pool-",
+    )
 
 
-def configure_pool(
-    home_assistant: DevInstance, page: Page, shot: Callable[..., None]
-) -> None:
+def configure_pool(home_assistant: DevInstance, page: Page, shot: browser.Shot) -> None:
     """Walk the steps, one screenshot each."""
-    page.goto(home_assistant.url)
-    page.get_by_role("button", name="Create my smart home").click()
-    page.locator("input[name=name]").fill(OWNER["name"])
-    page.locator("input[name=username]").fill(OWNER["username"])
-    page.locator("input[name=password]").fill(OWNER["password"])
-    page.locator("input[name=password_confirm]").fill(OWNER["password"])
-    page.get_by_role("button", name="Create account").click()
-    page.get_by_role("button", name="Next").click()
-    page.get_by_role("button", name="Finish").click()
-    expect(page.get_by_text(f"Welcome {OWNER['name']}")).to_be_visible()
+    browser.fill_owner(page, home_assistant.url, OWNER)
+    browser.finish_onboarding(page, OWNER)
 
     # The server's options: the Several servers section.
     page.goto(f"{home_assistant.url}/config/integrations/integration/llm_lanes")
@@ -165,7 +130,7 @@ def configure_pool(
     page.keyboard.type("30")
     expect(minutes.first).to_have_value("30")
     shot("pool-section", full_page=True)
-    step = submit(page)
+    step = browser.submit(page)
     assert step["type"] == "form" and step["errors"] == {
         "base": "idle_sleep_without_entity"
     }
@@ -179,9 +144,9 @@ def configure_pool(
     section.locator(".summary, .header, [slot=header]").first.click()
     expect(section.locator("ha-selector-entity").nth(0)).to_contain_text("Wake GPU")
     pick_entity(page, section.locator("ha-selector-entity").nth(1), "GPU power")
-    step = submit(page)
+    step = browser.submit(page)
     assert step["type"] == "create_entry", step
-    pool = wait_for(
+    pool = browser.wait_for(
         lambda: stored_entry(home_assistant)["options"].get("pool"),
         "the stored pool options",
     )
@@ -216,9 +181,9 @@ def configure_pool(
         "ha-formfield, ha-selector-boolean", has_text="Use every server"
     ).locator("ha-switch").first.click()
     shot("pool-agent")
-    step = submit(page)
+    step = browser.submit(page)
     assert step["type"] == "create_entry", step
-    agent = wait_for(
+    agent = browser.wait_for(
         lambda: [
             subentry
             for subentry in stored_entry(home_assistant)["subentries"]

@@ -8,7 +8,7 @@ simulated server's entry; ``gateway`` starts the test HTTP server on loopback (t
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -31,7 +31,7 @@ from custom_components.llm_lanes.gateway.clients import (
 )
 from custom_components.llm_lanes.requesters import client_requester
 from tests.support.entries import async_llama_entry
-from tests.support.llamacpp import LlamaServer, session_llama_server
+from tests.support.llamacpp import LlamaServer
 from tools.simulator.server import SimConfig, SimulatedServer
 
 from .sim import GatewaySim
@@ -104,6 +104,20 @@ class Gateway:
         self.hass.config_entries.async_add_subentry(entry, subentry)
         await self.hass.async_block_till_done()
         return ClientKey(subentry.subentry_id, api_key)
+
+    async def add_openai_client(
+        self, entry: ConfigEntry, **client: Any
+    ) -> tuple[ClientKey, openai.AsyncOpenAI]:
+        """Add a client (``add_client``) and make an OpenAI client with its key."""
+        key = await self.add_client(entry, **client)
+        return key, self.openai(key.api_key)
+
+    async def add_ollama_client(
+        self, entry: ConfigEntry, **client: Any
+    ) -> tuple[ClientKey, ollama.AsyncClient]:
+        """Add a client (``add_client``) and make an Ollama client of its host URL."""
+        key = await self.add_client(entry, **client)
+        return key, self.ollama(key.api_key)
 
     async def close(self) -> None:
         """Close every client made."""
@@ -178,18 +192,10 @@ async def gateway(
         await runner.cleanup()
 
 
-@pytest.fixture(scope="session")
-def gateway_llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server (4 slots) for the gateway tests of the session that ask for it."""
-    yield from session_llama_server()
-
-
 @pytest.fixture
 async def llama_entry(
-    hass: HomeAssistant, gateway: Gateway, gateway_llama_server: LlamaServer
+    hass: HomeAssistant, gateway: Gateway, llama_server: LlamaServer
 ) -> AsyncIterator[MockConfigEntry]:
     """Set up an LLM Lanes entry for the real server (after the gateway's app runs), defaults."""
-    async with async_llama_entry(
-        hass, gateway_llama_server, "llama.cpp (real)"
-    ) as entry:
+    async with async_llama_entry(hass, llama_server, "llama.cpp (real)") as entry:
         yield entry

@@ -107,7 +107,7 @@ async def test_gateway_soak(
     hass: HomeAssistant,
     gateway: Gateway,
     llama_entry: MockConfigEntry,
-    gateway_llama_server: LlamaServer,
+    llama_server: LlamaServer,
 ) -> None:
     """Send the requests, print the outcomes by kind, and fail on any error.
 
@@ -118,7 +118,7 @@ async def test_gateway_soak(
     debug = loop.get_debug()
     loop.set_debug(False)
     try:
-        await _soak(gateway, llama_entry, gateway_llama_server.model_name)
+        await _soak(gateway, llama_entry, llama_server.model_name)
     finally:
         loop.set_debug(debug)
 

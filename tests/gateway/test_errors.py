@@ -111,9 +111,8 @@ async def test_ollama_shape(
     gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
 ) -> None:
     """The same errors in Ollama's shape (``{"error": "..."}``), nothing queued."""
-    client = await gateway.add_client(init_integration)
+    _, api = await gateway.add_ollama_client(init_integration)
     finished = finished_requests(init_integration)
-    api = gateway.ollama(client.api_key)
 
     with pytest.raises(ollama.ResponseError) as unauthorized:
         await gateway.ollama("wrong").chat(model=MODEL, messages=HELLO)
@@ -181,8 +180,7 @@ async def test_full_queue_and_spent_quota_are_429(
         },
     )
     holder = await gateway.add_client(init_integration, name="Holder")
-    client = await gateway.add_client(init_integration, name="Chat")
-    api = gateway.openai(client.api_key)
+    _, api = await gateway.add_openai_client(init_integration, name="Chat")
     scheduler = init_integration.runtime_data.scheduler
 
     async with holding_the_slot(gateway.openai(holder.api_key)):

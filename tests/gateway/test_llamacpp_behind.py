@@ -27,13 +27,12 @@ HELLO = [{"role": "user", "content": "Tell me about the kitchen lights."}]
 async def test_both_endpoints_in_front_of_llama_server(
     gateway: Gateway,
     llama_entry: MockConfigEntry,
-    gateway_llama_server: LlamaServer,
+    llama_server: LlamaServer,
 ) -> None:
     """OpenAI chat (streamed), raw completion and an Ollama chat, all through the scheduler."""
-    model = gateway_llama_server.model_name
-    client = await gateway.add_client(llama_entry, lane="voice")
+    model = llama_server.model_name
+    client, api = await gateway.add_openai_client(llama_entry, lane="voice")
     finished = finished_requests(llama_entry)
-    api = gateway.openai(client.api_key)
 
     stream = await api.chat.completions.create(
         model=model,
@@ -66,7 +65,7 @@ async def test_both_endpoints_in_front_of_llama_server(
 
 
 async def test_disconnect_frees_the_llama_server_slot(
-    gateway: Gateway, llama_entry: MockConfigEntry, gateway_llama_server: LlamaServer
+    gateway: Gateway, llama_entry: MockConfigEntry, llama_server: LlamaServer
 ) -> None:
     """A client that closes its stream mid-answer: the server's slot is idle within a second."""
     backend = llama_entry.runtime_data.backend
@@ -76,7 +75,7 @@ async def test_disconnect_frees_the_llama_server_slot(
     assert await backend.slots_busy() == 0
 
     stream = await long_stream(
-        gateway.openai(client.api_key), gateway_llama_server.model_name, 600
+        gateway.openai(client.api_key), llama_server.model_name, 600
     )
     events = aiter(stream)
     await anext(events)

@@ -24,9 +24,8 @@ async def test_streamed_chat(
     gateway: Gateway, init_integration: MockConfigEntry, sim_config: SimConfig
 ) -> None:
     """A streamed chat arrives line by line, the last with the counts; the client's lane ran it."""
-    client = await gateway.add_client(init_integration, lane="automation")
+    client, api = await gateway.add_ollama_client(init_integration, lane="automation")
     finished = finished_requests(init_integration)
-    api = gateway.ollama(client.api_key)
 
     parts = [
         part
@@ -52,8 +51,7 @@ async def test_server_owned_options_stay_out(
     gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
 ) -> None:
     """A client's context size and keep-alive never reach the server; sampling options do."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.ollama(client.api_key)
+    _, api = await gateway.add_ollama_client(init_integration)
     await api.chat(
         model=MODEL,
         messages=[{"role": "user", "content": "Hi"}],
@@ -70,8 +68,7 @@ async def test_server_owned_options_stay_out(
 
 async def test_tool_call(gateway: Gateway, init_integration: MockConfigEntry) -> None:
     """A tool call comes with its arguments as an object."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.ollama(client.api_key)
+    _, api = await gateway.add_ollama_client(init_integration)
     answer = await api.chat(
         model=MODEL,
         messages=TURN_ON,
@@ -86,8 +83,7 @@ async def test_tags_show_ps(
     gateway: Gateway, init_integration: MockConfigEntry
 ) -> None:
     """The model documents describe the server's model, whatever the server."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.ollama(client.api_key)
+    _, api = await gateway.add_ollama_client(init_integration)
     assert [model.model for model in (await api.list()).models] == [MODEL]
     shown = await api.show(MODEL)
     assert "tools" in (shown.capabilities or [])
@@ -101,8 +97,7 @@ async def test_generate_and_embed(
     gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
 ) -> None:
     """``/api/generate`` answers a prompt (raw: continued as it is); ``/api/embed`` passes through."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.ollama(client.api_key)
+    _, api = await gateway.add_ollama_client(init_integration)
 
     templated = await api.generate(model=MODEL, prompt="Hello", system="Be brief")
     assert templated.response

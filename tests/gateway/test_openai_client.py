@@ -21,9 +21,8 @@ async def test_streamed_chat_is_scheduled_for_the_client(
     gateway: Gateway, init_integration: MockConfigEntry
 ) -> None:
     """A streamed chat arrives token by token, with usage; the client's lane and requester ran it."""
-    client = await gateway.add_client(init_integration, lane="voice")
+    client, api = await gateway.add_openai_client(init_integration, lane="voice")
     finished = finished_requests(init_integration)
-    api = gateway.openai(client.api_key)
 
     stream = await api.chat.completions.create(
         model=MODEL,
@@ -54,8 +53,7 @@ async def test_whole_chat_and_a_tool_call(
     gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
 ) -> None:
     """A chat that is not streamed comes whole; a tool call comes with its arguments."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.openai(client.api_key)
+    _, api = await gateway.add_openai_client(init_integration)
 
     answer = await api.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "Good morning"}]
@@ -82,9 +80,8 @@ async def test_models_and_embeddings(
     gateway: Gateway, init_integration: MockConfigEntry
 ) -> None:
     """The model list is the server's; embeddings (base64 by default in the SDK) are passed through."""
-    client = await gateway.add_client(init_integration, lane="background")
+    client, api = await gateway.add_openai_client(init_integration, lane="background")
     finished = finished_requests(init_integration)
-    api = gateway.openai(client.api_key)
 
     models = [model.id async for model in await api.models.list()]
     assert models == [MODEL]
@@ -107,8 +104,7 @@ async def test_raw_completion(
     gateway: Gateway, init_integration: MockConfigEntry, sim: SimulatedServer
 ) -> None:
     """``/v1/completions`` continues the prompt as it is, streamed or not."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.openai(client.api_key)
+    _, api = await gateway.add_openai_client(init_integration)
 
     whole = await api.completions.create(
         model=MODEL, prompt="The kitchen", max_tokens=5

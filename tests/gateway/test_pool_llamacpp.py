@@ -27,7 +27,6 @@ from typing import Any
 
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import ServiceCall
-from homeassistant.setup import async_setup_component
 import openai
 import pytest
 from pytest_homeassistant_custom_component.common import (
@@ -35,19 +34,21 @@ from pytest_homeassistant_custom_component.common import (
     async_capture_events,
 )
 
-from custom_components.llm_lanes.const import (
-    CONF_POOL,
-    EVENT_REQUEST_FINISHED,
-    OPT_WAKE_ENTITY,
-)
+from custom_components.llm_lanes.const import CONF_POOL, EVENT_REQUEST_FINISHED
 from custom_components.llm_lanes.core.availability import ServerState
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.household import household_of
 from tests.support.entries import async_set_up
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, free_port
-from tests.support.pool import async_voice_command, pool_member_entry
-from tests.support.requests import async_call_action, async_wait_for
+from tests.support.pool import (
+    async_set_up_sleeping_gpu,
+    async_set_up_wake_button,
+    async_voice_command,
+    pool_member_entry,
+    start_job,
+)
+from tests.support.requests import async_wait_for
 
 from .conftest import Gateway
 
@@ -290,35 +291,13 @@ async def test_a_job_wakes_the_sleeping_box_that_starts_its_llama_server(
         await booted.wait()  # the voice command comes first
         await gpu_server.__aenter__()
 
-    hass.services.async_register("test", "boot_gpu", boot)
-    assert await async_setup_component(
-        hass,
-        "template",
-        {
-            "template": [
-                {
-                    "button": [
-                        {"name": "Wake GPU", "press": [{"action": "test.boot_gpu"}]}
-                    ]
-                }
-            ]
-        },
-    )
-    await hass.async_block_till_done()
+    await async_set_up_wake_button(hass, boot)
     mini_server = _server()
     await mini_server.__aenter__()
     entries: list[MockConfigEntry] = []
     try:
-        gpu = await async_set_up(
-            hass,
-            pool_member_entry(
-                f"http://127.0.0.1:{port}",
-                "GPU box",
-                {**EVERYWHERE_FIRST},
-                model=MODEL_ALIAS,
-                agent="GPU agent",
-                **{OPT_WAKE_ENTITY: "button.wake_gpu"},
-            ),
+        gpu = await async_set_up_sleeping_gpu(
+            hass, f"http://127.0.0.1:{port}", EVERYWHERE_FIRST, model=MODEL_ALIAS
         )
         entries.append(gpu)
         mini = await async_set_up(
@@ -335,16 +314,11 @@ async def test_a_job_wakes_the_sleeping_box_that_starts_its_llama_server(
         pool = household_of(hass)
         assert pool.state(gpu.entry_id) is ServerState.ASLEEP
         events = async_capture_events(hass, EVENT_REQUEST_FINISHED)
-        job = asyncio.create_task(
-            async_call_action(
-                hass,
-                "summarize",
-                config_entry_id=gpu.entry_id,
-                text="The hall light was on all night; the back door opened at 6.",
-                max_output_tokens=24,
-                run_now=True,
-                wait=True,
-            )
+        job = start_job(
+            hass,
+            gpu,
+            "The hall light was on all night; the back door opened at 6.",
+            max_output_tokens=24,
         )
         async with asyncio.timeout(30):
             await pressed.wait()

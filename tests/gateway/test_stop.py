@@ -61,8 +61,7 @@ async def streams_and_a_waiting_request(
 
     Return the tasks that read each stream to its error, and the waiting chat's.
     """
-    client = await gateway.add_client(entry)
-    api = gateway.openai(client.api_key)
+    client, api = await gateway.add_openai_client(entry)
     scheduler: Scheduler = entry.runtime_data.scheduler
     openai_stream = aiter(await long_stream(api))
     await anext(openai_stream)
@@ -144,8 +143,7 @@ async def test_a_request_during_the_stop_is_refused(
     sim: SimulatedServer,
 ) -> None:
     """Once Home Assistant is stopping, a request is answered 503 + Retry-After at once."""
-    client = await gateway.add_client(init_integration)
-    api = gateway.openai(client.api_key)
+    _, api = await gateway.add_openai_client(init_integration)
     release = asyncio.Event()
 
     async def shutdown_automation() -> None:

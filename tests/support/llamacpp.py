@@ -13,7 +13,7 @@ Three cached steps, each done once per machine and reused afterwards:
    support (Qwen 2.5's, from llama.cpp's ``models/templates/``) is added.
 3. ``LlamaServer`` starts the server on a free loopback port (``--parallel 4 --metrics --slots
    --jinja``), waits for ``/health`` and kills it on exit; ``session_llama_server`` runs one for
-   a test session (the ``llama_server`` fixture of ``tests/core/backends``).
+   a test session (the ``llama_server`` fixture of ``tests/conftest.py``).
 
 CLI: ``python -m tests.support.llamacpp serve --parallel 4 --port 8090`` prints the URL and runs
 until Ctrl-C; ``python -m tests.support.llamacpp build`` only builds.

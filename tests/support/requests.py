@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from homeassistant.components import conversation
 from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -54,6 +55,15 @@ async def async_call_action(
     )
     assert isinstance(response, dict)
     return dict(response)
+
+
+async def async_say(
+    hass: HomeAssistant, agent_id: str, text: str, device_id: str = "kitchen-satellite"
+) -> conversation.ConversationResult:
+    """Say ``text`` to an Assist agent through the voice satellite ``device_id`` (voice lane)."""
+    return await conversation.async_converse(
+        hass, text, None, Context(), agent_id=agent_id, device_id=device_id
+    )
 
 
 def finished_requests(entry: MockConfigEntry) -> list[FinishedRequest]:

@@ -200,6 +200,27 @@ def fit(
     )
 
 
+def _queued(
+    request: web.Request,
+    caller: Caller,
+    chat: ChatRequest,
+    *,
+    ollama_client: bool,
+) -> AsyncGenerator[StreamChunk]:
+    """Check a client's request (404, 503 raised here), fit it and queue it; iterate to run it."""
+    hass = request.app[KEY_HASS]
+    server, model = server_for(hass, caller, chat.model)
+    fitted = fit(
+        chat,
+        caller,
+        server,
+        model,
+        ollama_client=ollama_client,
+        pool_members=_pool_members(hass, caller),
+    )
+    return server.stream(hass, fitted, caller)
+
+
 async def async_answer(
     request: web.Request,
     caller: Caller,
@@ -210,18 +231,9 @@ async def async_answer(
     ollama_client: bool,
 ) -> web.StreamResponse:
     """Answer a parsed chat or completion request through its server's scheduler."""
-    server, model = server_for(request.app[KEY_HASS], caller, parsed.request.model)
-    fitted = fit(
-        parsed.request,
-        caller,
-        server,
-        model,
-        ollama_client=ollama_client,
-        pool_members=_pool_members(request.app[KEY_HASS], caller),
-    )
     return await relay(
         request,
-        server.stream(request.app[KEY_HASS], fitted, caller),
+        _queued(request, caller, parsed.request, ollama_client=ollama_client),
         encoder=encoder(),
         stream=parsed.stream,
         wire=wire,
@@ -236,13 +248,6 @@ async def async_embed(
     ollama_client: bool,
 ) -> tuple[tuple[Sequence[float], ...], TokenUsage | None]:
     """Run a parsed embeddings request through its server's scheduler."""
-    server, model = server_for(request.app[KEY_HASS], caller, parsed.request.model)
-    fitted = fit(
-        parsed.request,
-        caller,
-        server,
-        model,
-        ollama_client=ollama_client,
-        pool_members=_pool_members(request.app[KEY_HASS], caller),
+    return await embeddings_of(
+        _queued(request, caller, parsed.request, ollama_client=ollama_client)
     )
-    return await embeddings_of(server.stream(request.app[KEY_HASS], fitted, caller))

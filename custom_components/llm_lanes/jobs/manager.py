@@ -51,7 +51,8 @@ from custom_components.llm_lanes.jobs.throttles import (
     house_busy,
     own_wait_reason,
 )
-from custom_components.llm_lanes.jobs.waiters import JobListeners, JobWaiters
+from custom_components.llm_lanes.jobs.waiters import JobWaiters
+from custom_components.llm_lanes.listeners import Listeners
 
 TICK_INTERVAL = timedelta(seconds=10)
 """How often waiting jobs are looked at again (window, bucket, back-off, retries, retention)."""
@@ -93,7 +94,7 @@ class JobManager:
         self._queue = JobQueue(hass, entry_id)
         self._running: dict[str, _Running] = {}
         self._bucket = TokenBucket(self._settings.tokens_per_minute, self._now_ts())
-        self._listeners = JobListeners()
+        self._listeners = Listeners()
         self._waiters = JobWaiters(hass)
         self._unsubscribers: list[Callable[[], None]] = []
         self._started = False

@@ -1,17 +1,16 @@
-"""Who is told when jobs change: the callers of ``JobManager.async_wait``, and the entities.
+"""Who is told when a job finishes: the callers of ``JobManager.async_wait``.
 
 ``JobWaiters`` hands a job, as it is when it finishes (or when it starts a long wait, to the
-callers that asked for that), to the callers waiting for it; ``JobListeners`` calls the entities
-back when jobs or their counters changed.
+callers that asked for that), to the callers waiting for it. (The entities are called back
+through the manager's ``listeners.Listeners``.)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.core import HomeAssistant, callback
 
 from custom_components.llm_lanes.jobs.model import Job
 
@@ -68,28 +67,3 @@ class JobWaiters:
                 if not waiter.future.done():
                     waiter.future.cancel()
         self._waiters.clear()
-
-
-class JobListeners:
-    """The callbacks of the entities that show jobs and their counters."""
-
-    def __init__(self) -> None:
-        """Start with no listener."""
-        self._listeners: list[Callable[[], None]] = []
-
-    @callback
-    def add(self, listener: Callable[[], None]) -> CALLBACK_TYPE:
-        """Call ``listener`` on every change, until the returned callback removes it."""
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return remove
-
-    @callback
-    def changed(self) -> None:
-        """Tell every listener that jobs or counters changed."""
-        for listener in list(self._listeners):
-            listener()

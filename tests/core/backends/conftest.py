@@ -2,14 +2,14 @@
 
 ``serve`` starts a real aiohttp server on loopback with the given routes: the tests use it to
 stand in for a server that misbehaves on purpose, and to replay recorded responses while
-recording what the client sent. ``llama_server`` is a real llama.cpp server (from
-``tests.support.llamacpp``).
+recording what the client sent. ``llama_server`` (``tests/conftest.py``) is a real llama.cpp
+server.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 import json
 from pathlib import Path
@@ -17,8 +17,6 @@ from typing import Any
 
 from aiohttp import web
 import pytest
-
-from tests.support.llamacpp import LlamaServer, session_llama_server
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -48,12 +46,6 @@ class FakeServer:
 @pytest.fixture(autouse=True)
 def loopback_sockets(socket_enabled: None) -> None:
     """Allow sockets: these tests talk to real servers on loopback (Home Assistant's harness blocks sockets)."""
-
-
-@pytest.fixture(scope="session")
-def llama_server() -> Iterator[LlamaServer]:
-    """Run a real llama-server shared by the test session; built on first use."""
-    yield from session_llama_server()
 
 
 @pytest.fixture

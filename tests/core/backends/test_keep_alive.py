@@ -147,9 +147,8 @@ async def server(request: pytest.FixtureRequest) -> AsyncIterator[KeepAliveServe
         yield running
 
 
-def backend_of(
-    session: aiohttp.ClientSession, server: KeepAliveServer
-) -> OpenAIBackend:
+@pytest.fixture
+def backend(session: aiohttp.ClientSession, server: KeepAliveServer) -> OpenAIBackend:
     """Build the client of a llama.cpp server at the test server's URL."""
     return OpenAIBackend(
         session, server.url, kind=ServerKind.LLAMA_CPP, timeouts=TIMEOUTS
@@ -162,10 +161,9 @@ async def open_connections(backend: OpenAIBackend, count: int) -> None:
 
 
 async def test_a_call_after_a_burst_goes_out_again_on_a_new_connection(
-    session: aiohttp.ClientSession, server: KeepAliveServer
+    backend: OpenAIBackend, server: KeepAliveServer
 ) -> None:
     """Every pooled connection closes when reused: the call is sent once more, on a new one."""
-    backend = backend_of(session, server)
     await open_connections(backend, 3)
 
     assert await backend.list_models() == ("m",)
@@ -176,7 +174,7 @@ async def test_a_call_after_a_burst_goes_out_again_on_a_new_connection(
 
 @pytest.mark.parametrize("reset", [False, True])
 async def test_a_stream_after_a_burst_goes_out_again_on_a_new_connection(
-    session: aiohttp.ClientSession, server: KeepAliveServer, reset: bool
+    backend: OpenAIBackend, server: KeepAliveServer, reset: bool
 ) -> None:
     """The same for a chat: the caller sees its answer, not "the server closed the connection".
 
@@ -184,7 +182,6 @@ async def test_a_stream_after_a_burst_goes_out_again_on_a_new_connection(
     ``ServerDisconnectedError``: the same case.
     """
     server.reset = reset
-    backend = backend_of(session, server)
     await open_connections(backend, 3)
 
     texts = [chunk.text async for chunk in backend.chat(REQUEST) if chunk.text]
@@ -194,10 +191,9 @@ async def test_a_stream_after_a_burst_goes_out_again_on_a_new_connection(
 
 
 async def test_a_streamed_answer_connection_is_not_reused(
-    session: aiohttp.ClientSession, server: KeepAliveServer
+    backend: OpenAIBackend, server: KeepAliveServer
 ) -> None:
     """A stream's connection serves it alone, so the next request never meets its close."""
-    backend = backend_of(session, server)
     for _ in range(3):
         assert [chunk.text async for chunk in backend.chat(REQUEST) if chunk.text]
     assert await backend.list_models() == ("m",)
@@ -208,10 +204,9 @@ async def test_a_streamed_answer_connection_is_not_reused(
 
 @pytest.mark.parametrize("server", ["close"], indirect=True)
 async def test_a_server_that_never_answers_gets_the_request_twice(
-    session: aiohttp.ClientSession, server: KeepAliveServer
+    backend: OpenAIBackend, server: KeepAliveServer
 ) -> None:
     """A second attempt that fails too is the error: a chat is sent twice in all, never more."""
-    backend = backend_of(session, server)
     with pytest.raises(StreamClosedError, match="closed the connection"):
         await anext(aiter(backend.chat(REQUEST)))
     assert len(server.requests) == 2
@@ -220,10 +215,9 @@ async def test_a_server_that_never_answers_gets_the_request_twice(
 
 @pytest.mark.parametrize("server", ["head"], indirect=True)
 async def test_an_answer_that_began_is_not_sent_again(
-    session: aiohttp.ClientSession, server: KeepAliveServer
+    backend: OpenAIBackend, server: KeepAliveServer
 ) -> None:
     """Once the head of the answer came, a close is the error: the request went out once."""
-    backend = backend_of(session, server)
     with pytest.raises(StreamClosedError):
         await backend.list_models()
     with pytest.raises(StreamClosedError):
@@ -234,10 +228,9 @@ async def test_an_answer_that_began_is_not_sent_again(
 
 @pytest.mark.parametrize("server", ["stall"], indirect=True)
 async def test_a_first_token_timeout_is_not_sent_again(
-    session: aiohttp.ClientSession, server: KeepAliveServer
+    backend: OpenAIBackend, server: KeepAliveServer
 ) -> None:
     """A server that takes the request and says nothing: the deadline's error, one request."""
-    backend = backend_of(session, server)
     with pytest.raises(FirstTokenTimeoutError):
         await anext(aiter(backend.chat(REQUEST)))
     assert len(server.requests) == 1

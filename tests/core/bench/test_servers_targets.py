@@ -34,19 +34,20 @@ DESCRIPTION = ServerDescription(
 )
 
 
-def _server(name: str, box: Box, *, switched: bool = True) -> BenchServer:
+def _server(
+    name: str, box: Box, *, switched: bool = True, switch: PowerSwitch | None = None
+) -> BenchServer:
+    """Describe ``box`` as server ``name``, with ``switch`` or (``switched``) one that kills it."""
+
     async def kill() -> None:
         box.kill()
 
     async def start() -> None:
         box.power_on()
 
-    return BenchServer(
-        name=name,
-        backend=box,
-        description=DESCRIPTION,
-        switch=PowerSwitch(kill=kill, start=start) if switched else None,
-    )
+    if switch is None and switched:
+        switch = PowerSwitch(kill=kill, start=start)
+    return BenchServer(name=name, backend=box, description=DESCRIPTION, switch=switch)
 
 
 def test_direct_over_two_servers_is_a_reverse_proxy_with_a_backup() -> None:
@@ -121,12 +122,7 @@ def test_power_switches_once_and_counts_the_time_off() -> None:
             calls.append("start")
             box.power_on()
 
-        server = BenchServer(
-            name="1",
-            backend=box,
-            description=DESCRIPTION,
-            switch=PowerSwitch(kill=kill, start=start),
-        )
+        server = _server("1", box, switch=PowerSwitch(kill=kill, start=start))
         tally = ServerTally()
         power = Power(server, tally, now=now, time_scale=1.0, wake_delay_s=5.0)
         await power.kill()
@@ -158,12 +154,7 @@ def test_a_server_that_does_not_come_back() -> None:
         async def nothing() -> None:
             box.kill()
 
-        server = BenchServer(
-            name="1",
-            backend=box,
-            description=DESCRIPTION,
-            switch=PowerSwitch(kill=nothing, start=nothing),
-        )
+        server = _server("1", box, switch=PowerSwitch(kill=nothing, start=nothing))
         power = Power(server, ServerTally(), now=now, time_scale=1.0)
         await power.kill()
         started = now()

@@ -6,7 +6,7 @@ from typing import ClassVar, Unpack
 
 import aiohttp
 
-from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.backends.base import Backend, server_unique_id
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
     ServerProfile,
@@ -44,3 +44,8 @@ class HttpBackend(Backend):
         super().__init__(profile)
         self._http = HttpClient(session, base_url, **options)
         self.base_url = self._http.base_url
+
+    @property
+    def unique_id(self) -> str:
+        """The identity its server info gives the server: its kind, host, port and path."""
+        return server_unique_id(self.kind, self.base_url)

@@ -13,11 +13,7 @@ from typing import Any, Unpack
 
 import aiohttp
 
-from custom_components.llm_lanes.core.backends.base import (
-    ServerInfo,
-    ServerMetrics,
-    server_unique_id,
-)
+from custom_components.llm_lanes.core.backends.base import ServerInfo, ServerMetrics
 from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
@@ -81,7 +77,7 @@ class OllamaBackend(HttpBackend):
             models=models,
             loaded_models=loaded,
             context_length=context,
-            unique_id=server_unique_id(self.kind, self.base_url),
+            unique_id=self.unique_id,
             model_variants={
                 _name(model): _variant(model)
                 for model in resident

@@ -19,7 +19,6 @@ from custom_components.llm_lanes.core.backends.base import (
     PrefillStep,
     ServerInfo,
     ServerMetrics,
-    server_unique_id,
 )
 from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
@@ -109,7 +108,7 @@ class OpenAIBackend(HttpBackend):
             metrics_enabled=(
                 prometheus is not None and await prometheus.enabled(self._http)
             ),
-            unique_id=server_unique_id(self.kind, self.base_url),
+            unique_id=self.unique_id,
             model_variants=dict(facts.model_variants or {}),
         )
 

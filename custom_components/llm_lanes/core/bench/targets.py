@@ -91,7 +91,21 @@ class Target(Protocol):
         ...
 
 
-class Direct:
+class _Unscheduled:
+    """A target without a scheduler of its own: it hears of no coming command, keeps no queue."""
+
+    def prepare(self, lane: Lane) -> None:
+        """Nothing is told of a coming command (a reverse proxy is not either)."""
+
+    def queue_depth(self) -> int:
+        """Nothing waits on this side."""
+        return 0
+
+    async def close(self) -> None:
+        """Nothing to stop."""
+
+
+class Direct(_Unscheduled):
     """One server, straight from its client."""
 
     def __init__(self, backend: Backend) -> None:
@@ -104,18 +118,31 @@ class Direct:
         """Stream from the server."""
         return self._backend.chat(request)
 
+
+class _Queued:
+    """A target whose requests queue in front of the servers, in ``_front``.
+
+    ``_front`` is a ``Scheduler`` (one server) or a ``ServerPool`` (several): it streams each
+    request and makes room for a coming command (a pool where the command will go, waking the
+    servers the lane prefers to it).
+    """
+
+    _front: Scheduler | ServerPool
+
+    def stream(
+        self, request: ChatRequest, *, lane: Lane, requester: str, prompt_tokens: int
+    ) -> AsyncIterator[StreamChunk]:
+        """Stream through the scheduler or the pool."""
+        return self._front.stream(
+            request, lane=lane, requester=requester, prompt_tokens=prompt_tokens
+        )
+
     def prepare(self, lane: Lane) -> None:
-        """Nothing is told of a coming command."""
-
-    def queue_depth(self) -> int:
-        """Nothing waits on this side."""
-        return 0
-
-    async def close(self) -> None:
-        """Nothing to stop."""
+        """Make room for the command."""
+        self._front.prepare(lane)
 
 
-class Scheduled:
+class Scheduled(_Queued):
     """One server behind its scheduler."""
 
     def __init__(
@@ -132,19 +159,7 @@ class Scheduled:
             backend, settings, clock=clock, clock_rate=clock_rate
         )
         self._remove = self._scheduler.add_listener(on_finished)
-
-    def stream(
-        self, request: ChatRequest, *, lane: Lane, requester: str, prompt_tokens: int
-    ) -> AsyncIterator[StreamChunk]:
-        """Stream through the scheduler."""
-        stream: AsyncIterator[StreamChunk] = self._scheduler.stream(
-            request, lane=lane, requester=requester, prompt_tokens=prompt_tokens
-        )
-        return stream
-
-    def prepare(self, lane: Lane) -> None:
-        """Make room for the command."""
-        self._scheduler.prepare(lane)
+        self._front = self._scheduler
 
     def queue_depth(self) -> int:
         """Return the scheduler's queue depth."""
@@ -156,7 +171,7 @@ class Scheduled:
         self._remove()
 
 
-class Upstreams:
+class Upstreams(_Unscheduled):
     """``direct`` over several servers: a reverse proxy with backup servers (module docstring)."""
 
     def __init__(
@@ -233,18 +248,8 @@ class Upstreams:
         assert failure is not None
         raise failure
 
-    def prepare(self, lane: Lane) -> None:
-        """Hear nothing: a reverse proxy is told of no coming command."""
 
-    def queue_depth(self) -> int:
-        """Nothing waits on this side."""
-        return 0
-
-    async def close(self) -> None:
-        """Nothing to stop."""
-
-
-class Pooled:
+class Pooled(_Queued):
     """Several servers as one ``ServerPool``, one scheduler per server (module docstring)."""
 
     def __init__(
@@ -308,22 +313,10 @@ class Pooled:
             clock_rate=clock_rate,
         )
         self._removers.append(self.pool.add_listener(self._finished))
+        self._front = self.pool
         for tally in tallies.values():
             tally.state_s = {}
         self._sampler = asyncio.get_running_loop().create_task(self._sample_states())
-
-    def stream(
-        self, request: ChatRequest, *, lane: Lane, requester: str, prompt_tokens: int
-    ) -> AsyncIterator[StreamChunk]:
-        """Stream through the pool."""
-        stream: AsyncIterator[StreamChunk] = self.pool.stream(
-            request, lane=lane, requester=requester, prompt_tokens=prompt_tokens
-        )
-        return stream
-
-    def prepare(self, lane: Lane) -> None:
-        """Make room where the command will go; wake the servers the lane prefers to it."""
-        self.pool.prepare(lane)
 
     def queue_depth(self) -> int:
         """Return the member schedulers' queue depths, summed."""

@@ -62,14 +62,11 @@ class Foreground:
     def before_decisions(self, state: RunState, now: float) -> None:
         """Bring the learned background limit up to date."""
         foreground = state.foreground_lanes
-        others = tuple(
-            lane for lane in state.lanes if not (lane.foreground or lane.yields)
-        )
         self.limiter.update(
             state.settings,
             foreground_running=state.running_in(foreground),
             foreground_waiting=state.queued_in(foreground),
-            others_running=state.running_in(others),
+            others_running=state.running_in(state.other_lanes),
             background_running=state.running_in(state.yielding_lanes),
             foreground_lanes=self.active_lanes(state, now),
             now=now,

@@ -249,8 +249,7 @@ def _may_borrow_headroom(state: RunState, foreground: Foreground, now: float) ->
     """
     if not (state.settings.preemption and foreground.headroom.lendable):
         return False
-    others = tuple(lane for lane in state.lanes if not (lane.foreground or lane.yields))
-    return not (foreground.active(state, now) or state.queued_in(others))
+    return not (foreground.active(state, now) or state.queued_in(state.other_lanes))
 
 
 def _preemptible(state: RunState, request: QueuedRequest) -> bool:

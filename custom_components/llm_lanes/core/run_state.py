@@ -168,6 +168,10 @@ class RunState:
         self.urgent_lanes = tuple(lane for lane in self.lanes if lane.urgent)
         self.foreground_lanes = tuple(lane for lane in self.lanes if lane.foreground)
         self.yielding_lanes = tuple(lane for lane in self.lanes if lane.yields)
+        self.other_lanes = tuple(
+            lane for lane in self.lanes if not (lane.foreground or lane.yields)
+        )
+        """Neither foreground nor yielding (automation): they may not take the headroom."""
         self.counters = VirtualCounters(self.lanes)
         self.share = ShareLedger(settings.share_window_s)
         self._lanes = {lane: _LaneQueue() for lane in self.lanes}
@@ -218,17 +222,27 @@ class RunState:
     def busy(self, lanes: tuple[Lane, ...]) -> bool:
         """Whether any of ``lanes`` has a request waiting or running."""
         queued, running = self.queued_by_lane, self.running_by_lane
-        return any(queued[lane] or running[lane] for lane in lanes)
+        # A loop, not any() over a generator: this runs on every decision.
+        for lane in lanes:  # noqa: SIM110
+            if queued[lane] or running[lane]:
+                return True
+        return False
 
     def running_in(self, lanes: tuple[Lane, ...]) -> int:
         """Count the requests of ``lanes`` in flight."""
         running = self.running_by_lane
-        return sum(running[lane] for lane in lanes)
+        count = 0
+        for lane in lanes:
+            count += running[lane]
+        return count
 
     def queued_in(self, lanes: tuple[Lane, ...]) -> int:
         """Count the requests of ``lanes`` waiting."""
         queued = self.queued_by_lane
-        return sum(queued[lane] for lane in lanes)
+        count = 0
+        for lane in lanes:
+            count += queued[lane]
+        return count
 
     # --- queue changes ----------------------------------------------------------------------------
 

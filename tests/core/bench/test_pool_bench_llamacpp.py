@@ -64,7 +64,9 @@ def test_two_real_llama_servers_the_faster_one_killed_and_restarted(
         one, two = report["servers"]["1"], report["servers"]["2"]
         assert report["failed"] == 0
         assert (one["kills"], one["starts"]) == (1, 1)
-        assert 3 <= one["off_s"] <= 6
+        # Off from the kill to the start 3 s later, plus its start and model load: seconds
+        # more on a busy machine, and back well before the end (served_since_start below).
+        assert 3 <= one["off_s"] <= 9
         assert one["failovers_from"] >= 1 and two["served_total"] > 0
         assert one["served_since_start"] > 0
         assert (

@@ -283,15 +283,16 @@ def _server_listener(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> CALLBAC
             if server.data is not None
             else None,
         )
+        pool_news = False
         if (server.slots, server.context_per_slot) != limits:
             limits = (server.slots, server.context_per_slot)
             runtime.scheduler.update_settings(scheduler_settings(entry, server))
-            if home.is_member(entry.entry_id):
-                home.async_schedule_update()
+            pool_news = True
         if server.data is not None and server.data.info.models != models:
             models = server.data.info.models
-            if home.is_member(entry.entry_id):
-                home.async_schedule_update()
+            pool_news = True
+        if pool_news and home.is_member(entry.entry_id):
+            home.async_schedule_update()  # what the server can serve changed
         if server.last_update_success != reachable:
             reachable = server.last_update_success
             runtime.jobs.reachability_changed()

@@ -70,10 +70,6 @@ class QuotaLedger:
         self._evict(requester, now)
         return round(self._sums.get(requester, 0.0))
 
-    def requesters(self) -> tuple[str, ...]:
-        """Every requester with usage on record."""
-        return tuple(self._buckets)
-
     def _evict(self, requester: str, now: float) -> None:
         buckets = self._buckets[requester]
         horizon = now - DAY_S

@@ -111,6 +111,14 @@ class FakeBackend(Backend):
         """Pretend the model is loaded."""
         return True
 
+    async def busy_slots(self) -> frozenset[int] | None:
+        """Report the slots of the streams in flight (a closed stream leaves at once)."""
+        if not self.chooses_slots:
+            return None
+        return frozenset(
+            slot for stream in self.active if (slot := stream.request.slot) is not None
+        )
+
     def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
         """Stream numbered tokens, continuing after any assistant prefix."""
         return self._chat(request)

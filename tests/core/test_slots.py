@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
+
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, ToolSpec
+from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.slots import (
     CANCEL_SETTLE_S,
+    SETTLE_POLL_S,
     PrefixKeys,
+    SlotPlacer,
     SlotTable,
     prefix_keys,
 )
+
+from .boxes import now, run_virtual
+from .fakes import FakeBackend, FakeClock
 
 ASSIST = "You are Home Assistant's voice assistant. Exposed entities: ..."
 NO_KEYS = PrefixKeys(stable=None, conversation=None)
@@ -134,3 +142,98 @@ def test_resize_keeps_running_slots() -> None:
     assert (table.size, table.reserved) == (2, 1)
     table.resize(6, 2)
     assert (table.size, table.reserved, table.holder_count()) == (6, 2, 1)
+
+
+def test_a_slot_the_request_keeps_is_taken_before_one_it_would_copy_away() -> None:
+    """A slot the host prompt cache would copy away is taken last.
+
+    llama.cpp copies a slot a request keeps less than half of: an empty slot, or of the others
+    the one holding least, is taken first.
+    """
+    table = SlotTable(4, reserved=0)
+    for seq in (1, 2, 3):
+        table.assign(seq, Lane.BACKGROUND, NO_KEYS, previous=None, now=0.0)
+    table.release(1, 1.0, tokens=3000)
+    table.release(2, 1.0, tokens=400)
+    # Slot 3 was never used: nothing to copy.
+    assert table.assign(4, Lane.BACKGROUND, NO_KEYS, previous=None, now=2.0) == 3
+    # Of the slots it would overwrite, the one holding least.
+    assert table.assign(5, Lane.BACKGROUND, NO_KEYS, previous=None, now=2.0) == 1
+    assert table.assign(6, Lane.AUTOMATION, NO_KEYS, previous=None, now=2.0) == 0
+
+
+def test_a_prefix_kept_is_no_copy_but_a_short_prefix_of_a_long_slot_is() -> None:
+    """Keeping the Assist prompt keeps most of a command's slot.
+
+    A short system prompt shared with a long summary keeps too little of it, and an empty slot is
+    taken instead.
+    """
+    assist = "x" * 8000
+    command = prefix_keys(_request(assist, "turn on", tools=True))
+    assert command.stable_tokens >= 2000
+    table = SlotTable(3, reserved=0)
+    table.assign(1, Lane.VOICE, command, previous=None, now=0.0)
+    table.release(1, 1.0, tokens=2100)
+    assert table.assign(2, Lane.VOICE, command, previous=None, now=2.0) == 0
+    short = prefix_keys(_request("Summarize.", "log " * 1000))
+    table.assign(3, Lane.BACKGROUND, short, previous=None, now=2.0)  # slot 1
+    table.release(3, 3.0, tokens=1500)
+    other = prefix_keys(_request("Summarize.", "other log " * 1000))
+    assert table.assign(4, Lane.BACKGROUND, other, previous=None, now=4.0) == 2
+
+
+class _SlotsServer(FakeBackend):
+    """A server that reports a cancelled slot busy for its first ``held`` reads of ``/slots``."""
+
+    def __init__(self, held: int | None) -> None:
+        super().__init__(FakeClock(), chooses_slots=True)
+        self.held = held
+        self.reads = 0
+
+    async def busy_slots(self) -> frozenset[int] | None:
+        if self.held is None:
+            return None
+        self.reads += 1
+        return frozenset({0}) if self.reads <= self.held else frozenset()
+
+
+def _cancelled_slot(backend: FakeBackend) -> SlotPlacer:
+    """Return a placer whose one slot was just freed by a cancellation."""
+    placer = SlotPlacer(backend)
+    placer.resize(SchedulerSettings(max_sequences=1, server_slots=1), 0)
+    table = placer.table
+    assert table is not None
+    table.assign(1, Lane.BACKGROUND, NO_KEYS, previous=None, now=now())
+    table.release(1, now(), cancelled=True)
+    return placer
+
+
+def test_a_cancelled_slot_is_named_once_the_server_reports_it_free() -> None:
+    """The attempt on a slot the server may still hold waits for ``/slots`` to say it is free."""
+
+    async def main() -> tuple[float, int]:
+        backend = _SlotsServer(held=3)
+        placer = _cancelled_slot(backend)
+        start = now()
+        await placer.settled(0, now())
+        return now() - start, backend.reads
+
+    waited, reads = run_virtual(main)
+    assert reads == 4
+    assert waited == pytest.approx(3 * SETTLE_POLL_S)
+
+
+def test_without_slot_reports_a_cancelled_slot_waits_the_settling_time() -> None:
+    """A server that does not report its slots gets the slot after ``CANCEL_SETTLE_S``."""
+
+    async def main() -> float:
+        placer = _cancelled_slot(_SlotsServer(held=None))
+        start = now()
+        await placer.settled(0, now())
+        # Once settled, the next attempt there does not wait.
+        again = now()
+        await placer.settled(0, now())
+        assert now() == again
+        return now() - start
+
+    assert run_virtual(main) == pytest.approx(CANCEL_SETTLE_S)

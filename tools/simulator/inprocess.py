@@ -107,6 +107,12 @@ class EngineBackend(Backend):
         """Say the model is loaded: it always is."""
         return True
 
+    async def busy_slots(self) -> frozenset[int]:
+        """Return the slots holding a sequence now, as ``/slots`` says."""
+        return frozenset(
+            index for index, seq in enumerate(self.engine.slot_table()) if seq is not None
+        )
+
     async def render_prompt(self, request: ChatRequest) -> str:
         """Return the rendered prompt, as ``/apply-template`` gives it."""
         return self._render(request)

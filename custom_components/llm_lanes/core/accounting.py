@@ -109,15 +109,18 @@ class Accounting:
                 ticket.gaps.append(gap)
                 ticket.lane_stats.itl.add(now, gap)
                 ticket.requester_stats.itl.add(now, gap)
-                # Only a gap whose batch was the same at both ends: one that changed in
-                # between mixes two batch sizes.
+                # Only a gap whose batch was the same at both ends (one that changed in
+                # between mixes two batch sizes) and that spans no task launch (a launch may
+                # stall the server's loop: its prompt-cache copies, a template, a sampled token).
                 if (
                     self._cost_model is not None
                     and decoding
                     and decoding == ticket.batch_at_last_token
+                    and self._state.launches == ticket.launches_at_last_token
                 ):
                     self._cost_model.observe(decoding, gap)
             ticket.batch_at_last_token = decoding
+            ticket.launches_at_last_token = self._state.launches
             ticket.last_token_at = now
         if chunk.text:
             ticket.parts.append(chunk.text)

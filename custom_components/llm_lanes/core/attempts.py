@@ -119,6 +119,7 @@ class Attempts:
         stream: AsyncGenerator[StreamChunk] | None = None
         accounting = self.accounting
         try:
+            await self.slots.settled(request.slot, self.clock())
             if await self.prefill.run(ticket, request, self.state, self.urgent_quiet):
                 await self.urgent_quiet.wait()
             iterator = self.backend.chat(request)

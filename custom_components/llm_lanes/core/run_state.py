@@ -200,6 +200,9 @@ class RunState:
         self.running: dict[int, QueuedRequest] = {}
         self.started_total = 0
         self.released_total = 0
+        self.launches = 0
+        """Tasks sent to the server (admissions and prefill steps): a gap that spans one may
+        hold a stall of the server's loop (a launch can copy slots to its host prompt cache)."""
 
     # --- settings -------------------------------------------------------------------------------
 
@@ -358,6 +361,7 @@ class RunState:
         self.running_by_lane[request.lane] += 1
         self.running[request.seq] = request
         self.started_total += 1
+        self.launches += 1
 
     def release(self, request: QueuedRequest) -> bool:
         """Free a running request's slot; return False when it held none (already released)."""
@@ -389,6 +393,10 @@ class RunState:
             request.stepping = True
             self.stepping_prefill += request.prompt_tokens
             self.stepping_count += 1
+
+    def task_launched(self) -> None:
+        """Count a task sent to the server beside the admissions (a prefill step)."""
+        self.launches += 1
 
     def decoding_alone(self) -> int | None:
         """Return how many sequences the server decodes now, if it prefills nothing beside them.

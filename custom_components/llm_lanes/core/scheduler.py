@@ -139,7 +139,7 @@ class Scheduler:
             backend=backend,
             state=self._state,
             slots=self._slots,
-            prefill=PrefillSteps(backend),
+            prefill=PrefillSteps(backend, self._clock),
             accounting=self._accounting,
             clock=self._clock,
             dispatch=self._dispatch,
@@ -185,7 +185,7 @@ class Scheduler:
     def load(self) -> ServerLoad:
         """A read-only view of the queues, slots and learned costs (what a pool routes by)."""
         return ServerLoad(
-            self._state, self._foreground, self._slots, self._attempts.prefill.pacer
+            self._state, self._foreground, self._slots, self._attempts.prefill.cost
         )
 
     @property

@@ -5,7 +5,7 @@ soonest and the tokens fastest (``router.py``). It reads each member scheduler t
 never its internals, and never changes what the scheduler learns: the queues and the running
 requests (``run_state.py``), the headroom kept for the foreground (``foreground.py``), the prompt
 prefixes the server's free slots hold (``slots.SlotTable``), the learned batch-cost curve
-(``batch_cost.BatchCostModel``) and the learned prefill speed (``prefill_steps.PrefillPacer``).
+(``batch_cost.BatchCostModel``) and the learned prefill speed (``prefill_steps.PrefillCost``).
 Every read is a few additions: a routing decision reads several servers within 0.2 ms.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from custom_components.llm_lanes.core.foreground import Foreground
 from custom_components.llm_lanes.core.lanes import Lane
-from custom_components.llm_lanes.core.prefill_steps import PrefillPacer
+from custom_components.llm_lanes.core.prefill_steps import PrefillCost
 from custom_components.llm_lanes.core.run_state import RunState
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.slots import PrefixKeys, SlotPlacer
@@ -28,7 +28,7 @@ class ServerLoad:
     state: RunState
     foreground: Foreground
     slots: SlotPlacer
-    pacer: PrefillPacer
+    prefill_cost: PrefillCost
 
     @property
     def settings(self) -> SchedulerSettings:
@@ -74,7 +74,7 @@ class ServerLoad:
 
     def prefill_tok_s(self) -> float | None:
         """Return the prefill speed learned from prompts prefilled in steps (None: none was)."""
-        return self.pacer.tokens_per_s()
+        return self.prefill_cost.tokens_per_s()
 
     def holds(self, keys: PrefixKeys) -> tuple[bool, bool] | None:
         """Whether a free slot holds the conversation and the stable prefix of a request.

@@ -13,7 +13,14 @@ summary placed on that slot evicts it. Where the server lets clients choose the 
   prompt and tools), else an idle slot whose cache is least worth keeping for it;
 - a request resumed after a preemption returns to the slot it left (its prompt and the output so
   far are still cached there);
-- a slot freed by a cancellation is taken last for a moment: the server may still be busy on it;
+- a slot freed by a cancellation is named only once the server has let go of it too (it notices
+  a closed stream at its next token write, or within a second: ``/slots`` says when), and taken
+  last meanwhile;
+- on a llama-server with a host prompt cache (``--cache-ram``, on by default since late 2025) a
+  task that would keep less than half of its slot's content copies that content to host memory
+  first, blocking the server's loop: a free slot the request keeps (its own prefix or
+  conversation) or an empty one is taken before one it would overwrite, and of those the one
+  holding least;
 - an urgent lane (voice) has the first claim on the warm copies of its prefix: a request of
   another foreground lane (a typed chat, whose objective allows a prefill) does not take the
   last idle slot holding a prefix voice used lately while another slot is free.
@@ -25,20 +32,30 @@ across the whole KV cache, so nothing needs pinning there.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 import hashlib
 from typing import TYPE_CHECKING
 
 from custom_components.llm_lanes.core.backends.base import Backend
+from custom_components.llm_lanes.core.errors import BackendError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatRequest
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from custom_components.llm_lanes.core.tokens import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
     from custom_components.llm_lanes.core.ticket import Ticket
 
-CANCEL_SETTLE_S = 0.25
-"""How long a slot freed by a cancellation is taken only when no other slot is free."""
+CANCEL_SETTLE_S = 1.0
+"""How long a server may hold a slot after its stream was closed (llama.cpp notices at its next
+token write, or within a second); where the server does not report its slots, a cancelled slot is
+named only after that."""
+SETTLE_POLL_S = 0.02
+"""How often the server's slots are read while an attempt waits for its cancelled slot."""
+KEEP_MIN = 0.5
+"""The share of a slot's content a request must keep not to have it copied to the host prompt
+cache first (llama.cpp's ``f_keep``)."""
 URGENT_PREFIX_MEMORY_S = 600.0
 """How long a prefix an urgent request used keeps its first claim on warm slots."""
 
@@ -51,17 +68,21 @@ class PrefixKeys:
     """System messages and tool schemas (the Assist prompt); None when the request has none."""
     conversation: str | None
     """The stable prefix plus the conversation's first user message (a chat's later turns)."""
+    stable_tokens: int = 0
+    """The stable prefix's length (estimated tokens)."""
 
 
 def prefix_keys(request: ChatRequest) -> PrefixKeys:
     """Return the digests a request's slot is matched by."""
     stable = hashlib.blake2b(digest_size=12)
     has_stable = False
+    stable_chars = 0
     first_user: str | None = None
     for message in request.messages:
         if message.role == "system":
             stable.update(b"\x00s")
             stable.update(message.content.encode())
+            stable_chars += len(message.content)
             has_stable = True
         elif message.role == "user":
             first_user = message.content
@@ -70,6 +91,7 @@ def prefix_keys(request: ChatRequest) -> PrefixKeys:
         stable.update(b"\x00t")
         stable.update(tool.name.encode())
         stable.update(tool.description.encode())
+        stable_chars += len(tool.name) + len(tool.description)
         has_stable = True
     stable_key = stable.hexdigest() if has_stable else None
     conversation_key = None
@@ -78,7 +100,11 @@ def prefix_keys(request: ChatRequest) -> PrefixKeys:
         conversation.update(b"\x00u")
         conversation.update(first_user.encode())
         conversation_key = conversation.hexdigest()
-    return PrefixKeys(stable=stable_key, conversation=conversation_key)
+    return PrefixKeys(
+        stable=stable_key,
+        conversation=conversation_key,
+        stable_tokens=stable_chars // CHARS_PER_TOKEN,
+    )
 
 
 @dataclass(slots=True)
@@ -93,6 +119,8 @@ class _Slot:
     freed_at: float = float("-inf")
     cancelled: bool = False
     """The last request here was cancelled: the server may not have let go of the slot yet."""
+    tokens: int = 0
+    """What the slot's cache holds (estimated tokens: the last request's prompt and answer)."""
 
 
 class SlotTable:
@@ -191,7 +219,6 @@ class SlotTable:
         slot.keys = keys
         slot.lane = lane
         slot.last_seq = seq
-        slot.cancelled = False
         self._by_seq[seq] = best
         return best
 
@@ -222,8 +249,13 @@ class SlotTable:
                 spare.add(warm[0])
         return spare
 
-    def release(self, seq: int, now: float, *, cancelled: bool = False) -> None:
-        """Free the slot a request held (``cancelled``: it was stopped mid-answer)."""
+    def release(
+        self, seq: int, now: float, *, cancelled: bool = False, tokens: int = 0
+    ) -> None:
+        """Free the slot a request held (``cancelled``: it was stopped mid-answer).
+
+        ``tokens``: what its cache holds now (the request's prompt and answer).
+        """
         index = self._by_seq.pop(seq, None)
         if index is None or index >= len(self._slots):
             return
@@ -231,6 +263,19 @@ class SlotTable:
         slot.holder = None
         slot.freed_at = now
         slot.cancelled = cancelled
+        slot.tokens = tokens
+
+    def unsettled(self, index: int, now: float) -> bool:
+        """Whether a slot was freed by a cancellation the server may not have noticed yet."""
+        if index >= len(self._slots):
+            return False
+        slot = self._slots[index]
+        return slot.cancelled and now - slot.freed_at < CANCEL_SETTLE_S
+
+    def settle(self, index: int) -> None:
+        """Note that the server has let go of a slot."""
+        if index < len(self._slots):
+            self._slots[index].cancelled = False
 
     def _score(
         self,
@@ -258,6 +303,10 @@ class SlotTable:
             and keys.stable is not None
             and cached.stable == keys.stable
         )
+        kept = slot.tokens if conversation else keys.stable_tokens if stable else 0
+        # The server would copy the slot to its host prompt cache first: the smaller the better.
+        copies = bool(slot.tokens) and kept < KEEP_MIN * slot.tokens
+        copy_rank = -slot.tokens if copies else 1
         reserved = index < self._reserved
         foreground = lane.foreground
         # A slot whose cache a foreground request left is worth keeping; background and
@@ -273,6 +322,7 @@ class SlotTable:
                 conversation,
                 stable,
                 int(settled),
+                copy_rank,
                 int(reserved),
                 int(not keeps_foreground),
             )
@@ -282,8 +332,10 @@ class SlotTable:
             int(not reserved),
             int(own),
             conversation,
-            stable,
+            # A short prefix shared with a long slot is worth less than the copy it causes.
+            stable and int(not copies),
             int(settled),
+            copy_rank,
         )
 
 
@@ -339,4 +391,36 @@ class SlotPlacer:
     def free(self, ticket: Ticket, now: float, *, cancelled: bool) -> None:
         """Give back the slot an attempt held."""
         if self.table is not None:
-            self.table.release(ticket.queued.seq, now, cancelled=cancelled)
+            queued = ticket.queued
+            self.table.release(
+                queued.seq,
+                now,
+                cancelled=cancelled,
+                tokens=queued.prompt_tokens + queued.output_tokens,
+            )
+
+    async def settled(self, index: int | None, now: float) -> None:
+        """Wait until the server has let go of the slot an attempt names.
+
+        A slot freed by a cancellation is busy at the server until it notices the closed
+        stream; a task naming it there would be deferred behind it (and on llama.cpp with a host
+        prompt cache, copy it first). The server's ``/slots`` says when it is free; where the
+        server does not report its slots, ``CANCEL_SETTLE_S`` after the cancellation.
+        """
+        table = self.table
+        if table is None or index is None or not table.unsettled(index, now):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CANCEL_SETTLE_S
+        while loop.time() < deadline:
+            try:
+                busy = await self._backend.busy_slots()
+            except BackendError:
+                busy = None
+            if busy is None:
+                await asyncio.sleep(max(0.0, deadline - loop.time()))
+                break
+            if index not in busy:
+                break
+            await asyncio.sleep(SETTLE_POLL_S)
+        table.settle(index)

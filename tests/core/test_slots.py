@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from custom_components.llm_lanes.core.foreground import LEND_MAX_CANCEL_S, Foreground
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, ToolSpec
 from custom_components.llm_lanes.core.settings import SchedulerSettings
@@ -223,17 +224,28 @@ def test_a_cancelled_slot_is_named_once_the_server_reports_it_free() -> None:
     assert waited == pytest.approx(3 * SETTLE_POLL_S)
 
 
-def test_without_slot_reports_a_cancelled_slot_waits_the_settling_time() -> None:
-    """A server that does not report its slots gets the slot after ``CANCEL_SETTLE_S``."""
+def test_without_slot_reports_a_cancelled_slot_is_named_at_once() -> None:
+    """A server that does not report its slots gets the task at once (it defers it itself)."""
 
-    async def main() -> float:
+    async def main() -> tuple[float, float | None]:
         placer = _cancelled_slot(_SlotsServer(held=None))
         start = now()
         await placer.settled(0, now())
-        # Once settled, the next attempt there does not wait.
-        again = now()
-        await placer.settled(0, now())
-        assert now() == again
-        return now() - start
+        return now() - start, placer.cancel_latency_s
 
-    assert run_virtual(main) == pytest.approx(CANCEL_SETTLE_S)
+    assert run_virtual(main) == (0.0, None)
+
+
+def test_the_server_s_cancellation_latency_decides_whether_the_headroom_is_lent() -> (
+    None
+):
+    """A slot freed in a few ms is cheap to take back; one held most of a second is not."""
+
+    async def main(held: int) -> bool:
+        placer = _cancelled_slot(_SlotsServer(held=held))
+        await placer.settled(0, now())
+        foreground = Foreground(4, placer)
+        return foreground.lends_headroom()
+
+    assert run_virtual(lambda: main(1))
+    assert not run_virtual(lambda: main(int(2 * LEND_MAX_CANCEL_S / SETTLE_POLL_S)))

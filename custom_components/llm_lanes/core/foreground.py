@@ -28,6 +28,9 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.run_state import RunState
 from custom_components.llm_lanes.core.slots import SlotPlacer
 
+LEND_MAX_CANCEL_S = 0.1
+"""The headroom is lent to background only while the server frees a cancelled slot this fast."""
+
 
 class Foreground:
     """The foreground as one scheduler learns it (see the module docstring)."""
@@ -101,6 +104,19 @@ class Foreground:
             return None
         fixed = state.settings.background_with_voice
         return fixed if fixed is not None else self.limiter.limit
+
+    def lends_headroom(self) -> bool:
+        """Whether background may borrow the headroom while the foreground is idle.
+
+        Only while taking it back is cheap: the foreground's prompts are cheap to prefill again
+        (a borrowed slot loses its cache) and the server frees a cancelled slot quickly (a
+        llama-server copying slots to its host prompt cache may take most of a second, all of it
+        voice's wait).
+        """
+        latency = self.slots.cancel_latency_s if self.slots is not None else None
+        return self.headroom.lendable and (
+            latency is None or latency <= LEND_MAX_CANCEL_S
+        )
 
     def only_voice_warm_slots_free(self, now: float) -> bool:
         """Whether the only free slots hold the last warm copies of an urgent lane's prompt."""

@@ -244,10 +244,10 @@ def _may_borrow_headroom(state: RunState, foreground: Foreground, now: float) ->
 
     With preemption on: while no voice or interactive work is active and no automation waits
     (automation may not use the headroom, so it must not find background there instead of a slot
-    of its own), unless the foreground's prompts are long: a slot lent to background loses the
-    Assist prompt cached there. (Owed its share, background takes the headroom anyway.)
+    of its own), unless taking it back is costly (``Foreground.lends_headroom``: long foreground
+    prompts, a slow cancellation). (Owed its share, background takes the headroom anyway.)
     """
-    if not (state.settings.preemption and foreground.headroom.lendable):
+    if not (state.settings.preemption and foreground.lends_headroom()):
         return False
     return not (foreground.active(state, now) or state.queued_in(state.other_lanes))
 

@@ -33,8 +33,10 @@ across the whole KV cache, so nothing needs pinning there.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from dataclasses import dataclass, replace
 import hashlib
+import statistics
 from typing import TYPE_CHECKING
 
 from custom_components.llm_lanes.core.backends.base import Backend
@@ -53,6 +55,8 @@ token write, or within a second); where the server does not report its slots, a 
 named only after that."""
 SETTLE_POLL_S = 0.02
 """How often the server's slots are read while an attempt waits for its cancelled slot."""
+LATENCIES_KEPT = 8
+"""Cancellations whose latency at the server ``cancel_latency_s`` follows."""
 KEEP_MIN = 0.5
 """The share of a slot's content a request must keep not to have it copied to the host prompt
 cache first (llama.cpp's ``f_keep``)."""
@@ -272,6 +276,10 @@ class SlotTable:
         slot = self._slots[index]
         return slot.cancelled and now - slot.freed_at < CANCEL_SETTLE_S
 
+    def since_freed(self, index: int, now: float) -> float:
+        """Seconds since a slot was freed."""
+        return now - self._slots[index].freed_at if index < len(self._slots) else 0.0
+
     def settle(self, index: int) -> None:
         """Note that the server has let go of a slot."""
         if index < len(self._slots):
@@ -346,12 +354,13 @@ class SlotPlacer:
     nothing and requests go as they are.
     """
 
-    __slots__ = ("_backend", "table")
+    __slots__ = ("_backend", "_latencies", "table")
 
     def __init__(self, backend: Backend) -> None:
         """Place on ``backend``'s slots once ``resize`` knows how many there are."""
         self._backend = backend
         self.table: SlotTable | None = None
+        self._latencies: deque[float] = deque(maxlen=LATENCIES_KEPT)
 
     def resize(self, settings: SchedulerSettings, learned_headroom: int) -> None:
         """Follow the settings and the headroom learned: the slots used and those reserved."""
@@ -404,23 +413,31 @@ class SlotPlacer:
 
         A slot freed by a cancellation is busy at the server until it notices the closed
         stream; a task naming it there would be deferred behind it (and on llama.cpp with a host
-        prompt cache, copy it first). The server's ``/slots`` says when it is free; where the
-        server does not report its slots, ``CANCEL_SETTLE_S`` after the cancellation.
+        prompt cache, copy it first). The server's ``/slots`` says when it is free (at most
+        ``CANCEL_SETTLE_S`` is waited); a server that does not report its slots is sent the task
+        at once. How long the server took is kept (``cancel_latency_s``).
         """
         table = self.table
         if table is None or index is None or not table.unsettled(index, now):
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + CANCEL_SETTLE_S
+        start = loop.time()
+        deadline = start + CANCEL_SETTLE_S
         while loop.time() < deadline:
             try:
                 busy = await self._backend.busy_slots()
             except BackendError:
-                busy = None
-            if busy is None:
-                await asyncio.sleep(max(0.0, deadline - loop.time()))
                 break
+            if busy is None:
+                table.settle(index)
+                return
             if index not in busy:
                 break
             await asyncio.sleep(SETTLE_POLL_S)
+        self._latencies.append(table.since_freed(index, now) + loop.time() - start)
         table.settle(index)
+
+    @property
+    def cancel_latency_s(self) -> float | None:
+        """How long the server takes to free a cancelled slot (median of the latest; None: unknown)."""
+        return statistics.median(self._latencies) if self._latencies else None

@@ -46,7 +46,7 @@ class HeadroomLearner:
         long_prompts = max(self._prompts) > settings.prefill_guard_tokens
         self.lendable = not long_prompts
         learned = 0
-        if long_prompts:
+        if long_prompts and settings.learn_headroom:
             # Background keeps at least half the slots: it uses what is left, never starves.
             learned = min(max(self._concurrency), max(1, settings.max_sequences // 2))
         if learned == self.slots:

@@ -176,7 +176,7 @@ class Scheduler:
         were waiting: long background prompts wait, background prefills and the streams beyond the
         learned limit make way. Only urgent lanes need preparing.
         """
-        if not lane.urgent or self._closed:
+        if not lane.urgent or self._closed or not self.settings.announcements:
             return
         self._foreground.prepare(self._clock(), within_s)
         self._dispatch()

@@ -65,6 +65,14 @@ class SchedulerSettings:
     """Where the server can prefill a prompt into a slot in steps (llama.cpp), background prompts
     longer than a step are prefilled in steps of about this long (the step size is learned), so
     a voice command never waits behind a whole long prompt; 0: off."""
+    slot_placement: bool = True
+    """Where the server lets clients choose (llama.cpp), place every request on a slot chosen for
+    its prompt cache (``slots.py``); off: the server chooses."""
+    learn_headroom: bool = True
+    """Grow the headroom to the foreground's concurrency while its prompts are long
+    (``headroom.py``); off: ``headroom`` alone."""
+    announcements: bool = True
+    """Make room for a voice command announced before its text (``Scheduler.prepare``)."""
     server_slots: int | None = None
     """Slots the server has, where it says (llama.cpp); the scheduler places requests on them."""
     input_weight: float = 1.0

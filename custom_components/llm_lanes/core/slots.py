@@ -365,7 +365,7 @@ class SlotPlacer:
     def resize(self, settings: SchedulerSettings, learned_headroom: int) -> None:
         """Follow the settings and the headroom learned: the slots used and those reserved."""
         slots = settings.server_slots
-        if not self._backend.chooses_slots or not slots:
+        if not (self._backend.chooses_slots and slots and settings.slot_placement):
             self.table = None
             return
         used = min(slots, max(settings.max_sequences, 1))

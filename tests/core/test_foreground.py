@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.snapshot import GenerateResult
 
-from .fakes import FakeBackend, FakeClock, chat, settle
+from .fakes import FakeBackend, FakeClock, ServerStream, chat, settle
 from .test_scheduler import spawn
 
 ASSIST = "You are the voice assistant of this home. Exposed entities: kitchen light, hall light."
@@ -223,3 +225,26 @@ async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
     assert len(backend.active) == 2  # two slots kept for voice and chats
     gate.set()
     await asyncio.gather(*jobs)
+
+
+async def test_a_gap_that_spans_a_task_launch_is_not_learned() -> None:
+    """The batch curve learns only from gaps that span no task launch.
+
+    A launch may stall the server's loop (llama.cpp copying slots to its host prompt cache).
+    """
+    scheduler, backend, clock = _placed()
+    state = scheduler._state
+
+    def stall(stream: ServerStream) -> None:
+        if stream.tokens_sent == 10:
+            state.task_launched()  # a prefill step of another request, say
+            clock.advance(0.5)
+
+    backend.on_token = stall
+    await scheduler.generate(
+        chat(answer_tokens=20, tag="job"), lane=Lane.BACKGROUND, requester="j"
+    )
+    (alone,) = scheduler.batch_cost.points(0.0)
+    # 20 tokens: 19 gaps, less the one across the launch.
+    assert alone.samples == 18
+    assert alone.itl_s == pytest.approx(backend.token_s)

@@ -183,7 +183,9 @@ async def test_long_foreground_prompts_keep_their_slots_warm() -> None:
     chat and a command overlapped, two slots are kept for the foreground.
     """
     # No share owed (background_share 0): owed its share, background would take the headroom.
-    scheduler, backend, _ = _placed(prefill_guard_tokens=500, background_share=0)
+    scheduler, backend, _ = _placed(
+        prefill_guard_tokens=500, background_share=0, learn_headroom=True
+    )
     headroom = scheduler._foreground.headroom
     await scheduler.generate(
         chat(tag="v"), lane=Lane.VOICE, requester="v", prompt_tokens=100

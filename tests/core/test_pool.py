@@ -640,7 +640,14 @@ def test_an_evening_with_the_gpu_box_killed_and_restarted_loses_no_request() -> 
     """
 
     async def main() -> None:
-        home = await household(routes={**ROUTES, Lane.BACKGROUND: ("gpu", "mini")})
+        # The headroom grown for the long Assist prompt keeps this evening's summaries on the
+        # GPU box when it is killed (the failover of both lanes is what is checked).
+        home = await household(
+            routes={**ROUTES, Lane.BACKGROUND: ("gpu", "mini")},
+            settings=SchedulerSettings(
+                max_sequences=4, server_slots=4, learn_headroom=True
+            ),
+        )
         rng = random.Random(20)
         lanes = (Lane.VOICE, Lane.INTERACTIVE, Lane.AUTOMATION, Lane.BACKGROUND)
         answers: dict[int, tuple[int, str]] = {}

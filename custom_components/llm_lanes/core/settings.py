@@ -68,9 +68,11 @@ class SchedulerSettings:
     slot_placement: bool = True
     """Where the server lets clients choose (llama.cpp), place every request on a slot chosen for
     its prompt cache (``slots.py``); off: the server chooses."""
-    learn_headroom: bool = True
+    learn_headroom: bool = False
     """Grow the headroom to the foreground's concurrency while its prompts are long
-    (``headroom.py``); off: ``headroom`` alone."""
+    (``headroom.py``). Off by default: on a GPU, where background's tokens/s grows with its
+    batch, two slots kept warm cost background a quarter of its tokens for a voice tail that is
+    already within its objective (README *Ablation*); on a CPU it changes little."""
     announcements: bool = True
     """Make room for a voice command announced before its text (``Scheduler.prepare``)."""
     server_slots: int | None = None

@@ -211,7 +211,8 @@ async def test_run_benchmark_too_short_applies_nothing(
     # max sequences 1, 2 (the server's slots) x 2 budgets; the current settings are among them
     assert len(response["rows"]) == 4
     # Said first: how many settings and their longest time (each 1 s, then up to 5 s to
-    # finish); then each setting done, in the response's order; then the end.
+    # finish), again once the batch curve is measured; then each setting done, in the
+    # response's order; then the end.
     steps = [
         (
             event.data["step"],
@@ -224,6 +225,7 @@ async def test_run_benchmark_too_short_applies_nothing(
     ]
     assert steps == [
         ("batch_curve", 0, 4, 24, None),
+        ("sweep", 0, 4, 24, None),
         *(
             ("setting", done, 4, 6 * (4 - done), row["label"])
             for done, row in enumerate(response["rows"], start=1)

@@ -222,7 +222,8 @@ def progress_reporter(
     """Return what tells the household where the entry's calibration is (an event, a log line).
 
     The first (``batch_curve``) says how long the settings will take at most once the batch
-    curve is measured; then one per setting done, and one at the end.
+    curve is measured, the second (``sweep``) how long the curve took; then one per setting
+    done, and one at the end.
     """
 
     def report(progress: CalibrationProgress) -> None:
@@ -230,6 +231,15 @@ def progress_reporter(
             LOGGER.info(
                 "run_benchmark on %s: the batch curve, then %d settings in %.0f s at most",
                 entry.title,
+                progress.settings_total,
+                progress.remaining_s,
+            )
+        elif progress.step == "sweep":
+            LOGGER.info(
+                "run_benchmark on %s: batch curve measured in %.0f s; %d settings, "
+                "%.0f s at most",
+                entry.title,
+                progress.elapsed_s,
                 progress.settings_total,
                 progress.remaining_s,
             )

@@ -153,10 +153,11 @@ async def test_calibration_on_small_slots_stays_within_them(
     total = len(result.rows)
     assert [(p.step, p.settings_done, p.settings_total) for p in progress] == [
         ("batch_curve", 0, total),
+        ("sweep", 0, total),
         *(("setting", done, total) for done in range(1, total + 1)),
         ("done", total, total),
     ]
-    assert [p.setting for p in progress[1:-1]] == [row["label"] for row in result.rows]
+    assert [p.setting for p in progress[2:-1]] == [row["label"] for row in result.rows]
     assert progress[0].remaining_s == total * (3 + 5)
     assert [p.remaining_s for p in progress] == sorted(
         (p.remaining_s for p in progress), reverse=True

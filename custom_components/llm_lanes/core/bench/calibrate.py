@@ -230,12 +230,12 @@ class CalibrationPlan:
         return self.settings * self.setting_s
 
 
-type Step = Literal["batch_curve", "setting", "done"]
+type Step = Literal["batch_curve", "sweep", "setting", "done"]
 
 
 @dataclass(frozen=True, slots=True)
 class CalibrationProgress:
-    """Where a calibration is: measuring the batch curve, a setting done, or done."""
+    """Where a calibration is: at the batch curve, at the settings, a setting done, or done."""
 
     step: Step
     settings_done: int
@@ -355,7 +355,8 @@ async def calibrate(
     ``max_sequences`` values above the server's slot count are dropped (the server would only
     queue them). ``base_settings`` are the current ones: the decision compares the pick with
     them. Takes the batch curve, then at most ``CalibrationPlan.settings_s``; ``on_progress``
-    hears where it is: before the curve (with the plan), after each setting, at the end.
+    hears where it is: before the curve (with the plan), after it, after each setting, at the
+    end.
     """
     started = time.monotonic()
     server = await describe_server(backend, model)
@@ -390,6 +391,7 @@ async def calibrate(
         time_scale=time_scale,
         context_tokens=server.context,
     )
+    report("sweep")
     loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     fitted = loaded.fitted(server.context)
     result = await run_sweep(

@@ -21,7 +21,7 @@ from homeassistant.config_entries import (
 from homeassistant.const import CONF_API_KEY, CONF_NAME, CONF_URL
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.data_entry_flow import FlowResultType
-from homeassistant.helpers import entity_registry as er
+from homeassistant.helpers import device_registry as dr, entity_registry as er
 from homeassistant.helpers.dispatcher import async_dispatcher_connect
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
@@ -114,6 +114,13 @@ async def test_user_flow_creates_entry_with_agents(
         state = hass.states.get(entity_id)
         assert state is not None
         assert state.name == f"llama.cpp on 127.0.0.1 {name}"
+    # Each device says what it is and which server: none is taken for another.
+    devices = dr.async_entries_for_config_entry(dr.async_get(hass), entry.entry_id)
+    assert {device.name for device in devices} == {
+        f"llama.cpp on 127.0.0.1 ({sim_config.model})",
+        "llama.cpp on 127.0.0.1 Conversation",
+        "llama.cpp on 127.0.0.1 AI Task",
+    }
     assert await hass.config_entries.async_unload(entry.entry_id)
 
 
@@ -254,6 +261,50 @@ async def test_same_server_aborts(
     flow_id = await _start_user_flow(hass)
     result = await hass.config_entries.flow.async_configure(
         flow_id, {CONF_URL: sim.url}
+    )
+    assert result["type"] is FlowResultType.ABORT
+    assert result["reason"] == "already_configured"
+
+
+@pytest.mark.usefixtures("ha_core")
+@pytest.mark.parametrize("typed", ["{url}/v1", "{url}/v1/"])
+async def test_user_flow_stores_the_url_without_v1(
+    hass: HomeAssistant, sim: SimulatedServer, sim_config: SimConfig, typed: str
+) -> None:
+    """``/v1`` (an OpenAI-compatible API's path) is not part of the server's URL or identity."""
+    flow_id = await _start_user_flow(hass)
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_URL: typed.format(url=sim.url)}
+    )
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_MODEL: sim_config.model}
+    )
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["data"][CONF_URL] == sim.url
+    assert result["result"].unique_id == f"llama_cpp@127.0.0.1:{sim.port}"
+    assert await hass.config_entries.async_unload(result["result"].entry_id)
+
+
+@pytest.mark.usefixtures("ha_core")
+@pytest.mark.parametrize(
+    ("stored", "typed"), [("", "/v1"), ("/v1", ""), ("/v1", "/v1/")]
+)
+async def test_same_server_with_or_without_v1_aborts(
+    hass: HomeAssistant,
+    sim: SimulatedServer,
+    sim_config: SimConfig,
+    stored: str,
+    typed: str,
+) -> None:
+    """An entry stored with ``/v1`` (and its unique id) or without is the same server."""
+    MockConfigEntry(
+        domain=DOMAIN,
+        data={CONF_URL: sim.url + stored, CONF_KIND: "llama_cpp", CONF_MODEL: "m"},
+        unique_id=f"llama_cpp@127.0.0.1:{sim.port}{stored}",
+    ).add_to_hass(hass)
+    flow_id = await _start_user_flow(hass)
+    result = await hass.config_entries.flow.async_configure(
+        flow_id, {CONF_URL: sim.url + typed}
     )
     assert result["type"] is FlowResultType.ABORT
     assert result["reason"] == "already_configured"

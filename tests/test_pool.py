@@ -472,7 +472,17 @@ async def test_the_dashboard_shows_the_servers_side_by_side(
         for lane in LANES
     ]
     assert lanes["cards"][2]["type"] == "history-graph"
-    assert len(lanes["cards"][2]["entities"]) == 2
+    # Each server's state is its own row, named by the server (the sensors' own name is the
+    # same on both: "State in the pool").
+    assert lanes["cards"][2]["entities"] == [
+        {
+            "entity": entity_id_for(hass, entry, "sensor", "pool_state"),
+            "name": entry.title,
+        }
+        for entry in (home.gpu, home.mini)
+    ]
+    # Every tab shows its title: a view with an icon shows the icon alone.
+    assert all("icon" not in view for view in config["views"])
     # One server: no such view (its own, as before).
     assert [v["title"] for v in dashboard_config(hass, [home.gpu])["views"]] == [
         "GPU box"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from homeassistant import config as conf_util, config_entries
-from homeassistant.const import CONF_URL
+from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.setup import async_setup_component
@@ -117,3 +117,72 @@ async def test_develop_keeps_what_the_ui_makes(
     )
     await hass.async_block_till_done()
     assert hass.states.get("automation.made_in_the_ui") is not None
+
+
+def _dev_instance(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    return importlib.import_module("dev_instance")
+
+
+def test_develop_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The simulator and its entry by default; your own server, or none, in any folder."""
+    dev_instance = _dev_instance(monkeypatch)
+
+    def instance(*argv: str) -> Any:
+        return dev_instance.instance_from_args(dev_instance.parse_args(list(argv)))
+
+    default = instance()
+    assert default.config_dir == SCRIPTS.parents[1] / "config"
+    assert default.simulated
+    assert default.entry_url == default.sim_url
+
+    empty = instance("--empty", "--config", str(tmp_path))
+    assert empty.config_dir == tmp_path
+    assert not empty.simulated
+    assert empty.entry_url is None
+
+    own = instance("--server", "http://192.168.1.20:8080", "--api-key", "secret")
+    assert not own.simulated
+    assert (own.entry_url, own.api_key) == ("http://192.168.1.20:8080", "secret")
+
+    for wrong in (["--empty", "--server", "http://a:1"], ["--api-key", "secret"]):
+        with pytest.raises(SystemExit):
+            dev_instance.parse_args(wrong)
+
+
+def test_develop_links_this_checkout(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Another checkout's link is replaced; an installed copy is left alone, and said so."""
+    dev_instance = _dev_instance(monkeypatch)
+    link = tmp_path / "custom_components" / "llm_lanes"
+    link.parent.mkdir()
+    link.symlink_to(tmp_path)
+    dev_instance.DevInstance(tmp_path).prepare()
+    assert link.resolve() == SCRIPTS.parents[1] / "custom_components" / "llm_lanes"
+
+    installed = tmp_path / "installed"
+    (installed / "custom_components" / "llm_lanes").mkdir(parents=True)
+    with pytest.raises(SystemExit, match="installed copy"):
+        dev_instance.DevInstance(installed).prepare()
+    assert not (installed / "custom_components" / "llm_lanes").is_symlink()
+
+
+@pytest.mark.usefixtures("ha_core")
+async def test_develop_seeds_your_server_with_its_key(
+    hass: HomeAssistant, hass_storage: dict[str, Any], sim: SimulatedServer
+) -> None:
+    """``--server URL --api-key KEY``: the URL as the flow stores it (no ``/v1``), the key; once."""
+    seed_config = load_script("seed_config")
+    said = await seed_config.seed_entry(hass, sim.url + "/v1", "secret")
+    assert said.startswith("created ")
+    (entry,) = [
+        e
+        for e in hass_storage[config_entries.STORAGE_KEY]["data"]["entries"]
+        if e["domain"] == DOMAIN
+    ]
+    assert entry["data"][CONF_URL] == sim.url
+    assert entry["data"][CONF_API_KEY] == "secret"
+    assert await seed_config.seed_entry(hass, sim.url, "secret") == (
+        f"{entry['title']} already set up for {sim.url}"
+    )

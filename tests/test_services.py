@@ -25,8 +25,14 @@ from pytest_homeassistant_custom_component.common import (
 )
 from pytest_homeassistant_custom_component.typing import ClientSessionGenerator
 
+from custom_components.llm_lanes.calibration import EVENT_BENCHMARK_PROGRESS
 from custom_components.llm_lanes.const import EVENT_SUMMARY_READY
-from custom_components.llm_lanes.core.bench.workload import SCENARIO_DIR
+from custom_components.llm_lanes.core.bench.calibrate import (
+    MIN_FINISHED_PER_ROW,
+    measured_requests,
+    shortest_duration,
+)
+from custom_components.llm_lanes.core.bench.workload import SCENARIO_DIR, load_scenario
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.jobs.manager import JobManager
@@ -190,6 +196,7 @@ async def test_run_benchmark_too_short_applies_nothing(
     action returns.
     """
     options = dict(init_integration.options)
+    progress = async_capture_events(hass, EVENT_BENCHMARK_PROGRESS)
     with _scenario_files_read_in_the_loop() as read_in_the_loop:
         response = await async_call_action(
             hass,
@@ -203,6 +210,31 @@ async def test_run_benchmark_too_short_applies_nothing(
     assert read_in_the_loop == []
     # max sequences 1, 2 (the server's slots) x 2 budgets; the current settings are among them
     assert len(response["rows"]) == 4
+    # Said first: how many settings and their longest time (each 1 s, then up to 5 s to
+    # finish), again once the batch curve is measured; then each setting done, in the
+    # response's order; then the end.
+    steps = [
+        (
+            event.data["step"],
+            event.data["settings_done"],
+            event.data["settings_total"],
+            event.data["remaining_s"],
+            event.data["setting"],
+        )
+        for event in progress
+    ]
+    assert steps == [
+        ("batch_curve", 0, 4, 24, None),
+        ("sweep", 0, 4, 24, None),
+        *(
+            ("setting", done, 4, 6 * (4 - done), row["label"])
+            for done, row in enumerate(response["rows"], start=1)
+        ),
+        ("done", 4, 4, 0, None),
+    ]
+    assert {event.data["entry_id"] for event in progress} == {init_integration.entry_id}
+    elapsed = [event.data["elapsed_s"] for event in progress]
+    assert elapsed == sorted(elapsed)
     assert response["current"] == {"max_sequences": "2", "prefill_budget": "4096"}
     assert response["recommended"]
     assert response["verdict"] == "too_short"
@@ -232,6 +264,45 @@ async def test_run_benchmark_too_short_applies_nothing(
     assert (
         await (await hass_client()).get("/api/llm_lanes/curve/nope.svg")
     ).status == 404
+
+
+async def test_run_benchmark_refuses_a_run_too_short_before_running_it(
+    hass: HomeAssistant, init_integration: MockConfigEntry, sim: SimulatedServer
+) -> None:
+    """The issue's 8 s of *evening*: too few requests per setting to tell settings apart.
+
+    Refused before a request reaches the server, with the duration that would do; that
+    duration is not refused.
+    """
+    seen = len(sim.requests_seen)
+    progress = async_capture_events(hass, EVENT_BENCHMARK_PROGRESS)
+    with pytest.raises(ServiceValidationError) as err:
+        await async_call_action(
+            hass,
+            "run_benchmark",
+            config_entry_id=init_integration.entry_id,
+            scenario="evening",
+            duration_s=8,
+            force=True,
+        )
+    assert err.value.translation_key == "benchmark_too_short"
+    placeholders = err.value.translation_placeholders
+    assert placeholders is not None
+    evening = load_scenario("evening")
+    assert placeholders == {
+        "scenario": "evening",
+        "duration": "8",
+        "requests": str(measured_requests(evening, 8)),
+        "needed": str(MIN_FINISHED_PER_ROW),
+        "shortest": str(shortest_duration(evening)),
+    }
+    assert int(placeholders["requests"]) < MIN_FINISHED_PER_ROW
+    assert len(sim.requests_seen) == seen
+    assert progress == []
+    assert init_integration.runtime_data.calibration.record is None
+    assert measured_requests(evening, int(placeholders["shortest"])) >= (
+        MIN_FINISHED_PER_ROW
+    )
 
 
 async def test_run_benchmark_waits_for_the_quiet_hours(

@@ -35,14 +35,25 @@ class ProbedServer:
     info: ServerInfo
 
 
+OPENAI_PREFIX = "/v1"
+"""The path of an OpenAI-compatible API: part of the requests, not of the server's base URL."""
+
+
 def normalize_url(text: str) -> str:
-    """Return the base URL without a trailing slash; raise ``InvalidURLError`` if it is not one."""
+    """Return the base URL, without a trailing slash or ``/v1``; raise ``InvalidURLError``.
+
+    An OpenAI-compatible server's docs give its API as ``http://host:port/v1``; the clients add
+    ``/v1`` themselves, so the server's base URL (and its identity) is the same without it.
+    """
     try:
         url = URL(text.strip())
     except ValueError as err:
         raise InvalidURLError(text) from err
     if url.scheme not in {"http", "https"} or not url.host:
         raise InvalidURLError(text)
+    path = url.path.rstrip("/")
+    if path.endswith(OPENAI_PREFIX):
+        url = url.with_path(path.removesuffix(OPENAI_PREFIX) or "/")
     return str(url).rstrip("/")
 
 

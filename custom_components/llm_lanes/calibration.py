@@ -16,7 +16,7 @@ holds seeds the curve again after a restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -37,9 +37,12 @@ from custom_components.llm_lanes.const import (
     OPT_PREFILL_GUARD,
 )
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, ServedModel
-from custom_components.llm_lanes.core.bench.calibrate import calibrate
+from custom_components.llm_lanes.core.bench.calibrate import (
+    CalibrationProgress,
+    calibrate,
+)
 from custom_components.llm_lanes.core.bench.curve import svg_plot
-from custom_components.llm_lanes.core.bench.workload import load_scenario
+from custom_components.llm_lanes.core.bench.workload import Scenario, load_scenario
 from custom_components.llm_lanes.error_translation import translated_errors
 
 STORAGE_VERSION: Final = 1
@@ -50,6 +53,8 @@ APPLIED_SETTINGS: Final = {
     OPT_PREFILL_GUARD: int,
 }
 """Calibrated settings that ``apply`` writes into the entry's options."""
+EVENT_BENCHMARK_PROGRESS: Final = f"{DOMAIN}_benchmark_progress"
+"""Fired as ``run_benchmark`` goes: before the batch curve, after each setting, at the end."""
 PLOT_URL_VALID_FOR: Final = timedelta(days=1)
 """How long the signed ``curve_plot_url`` opens without Home Assistant's login."""
 
@@ -145,7 +150,7 @@ async def async_calibrate(
     hass: HomeAssistant,
     entry: LLMLanesConfigEntry,
     *,
-    scenario: str,
+    scenario: str | Scenario,
     duration_s: float,
     apply: bool,
 ) -> dict[str, Any]:
@@ -153,10 +158,15 @@ async def async_calibrate(
 
     Returns the action's response: the calibration's (``CalibrationResult.as_response``), the
     chart's signed URL and what was applied (empty when not asked, or when the run was too short
-    or the pick no better than the current settings: ``verdict_reason`` says which).
+    or the pick no better than the current settings: ``verdict_reason`` says which). Its
+    progress goes out as ``EVENT_BENCHMARK_PROGRESS`` events (``async_report_progress``).
     """
     runtime = entry.runtime_data
-    loaded = await hass.async_add_executor_job(load_scenario, scenario)
+    loaded = (
+        scenario
+        if isinstance(scenario, Scenario)
+        else await hass.async_add_executor_job(load_scenario, scenario)
+    )
     measured_on = runtime.server.served_model or ServedModel(entry.data[CONF_MODEL])
     with translated_errors():
         result = await calibrate(
@@ -165,6 +175,7 @@ async def async_calibrate(
             scenario=loaded,
             duration_s=duration_s,
             model=entry.data[CONF_MODEL],
+            on_progress=progress_reporter(hass, entry),
         )
     response: dict[str, Any] = result.as_response()
     record = CalibrationRecord(
@@ -203,6 +214,49 @@ async def async_calibrate(
     await calibration.async_save()
     ir.async_delete_issue(hass, DOMAIN, stale_issue_id(entry.entry_id))
     return response
+
+
+def progress_reporter(
+    hass: HomeAssistant, entry: LLMLanesConfigEntry
+) -> Callable[[CalibrationProgress], None]:
+    """Return what tells the household where the entry's calibration is (an event, a log line).
+
+    The first (``batch_curve``) says how long the settings will take at most once the batch
+    curve is measured, the second (``sweep``) how long the curve took; then one per setting
+    done, and one at the end.
+    """
+
+    def report(progress: CalibrationProgress) -> None:
+        if progress.step == "batch_curve":
+            LOGGER.info(
+                "run_benchmark on %s: the batch curve, then %d settings in %.0f s at most",
+                entry.title,
+                progress.settings_total,
+                progress.remaining_s,
+            )
+        elif progress.step == "sweep":
+            LOGGER.info(
+                "run_benchmark on %s: batch curve measured in %.0f s; %d settings, "
+                "%.0f s at most",
+                entry.title,
+                progress.elapsed_s,
+                progress.settings_total,
+                progress.remaining_s,
+            )
+        hass.bus.async_fire(
+            EVENT_BENCHMARK_PROGRESS,
+            {
+                "entry_id": entry.entry_id,
+                "step": progress.step,
+                "settings_done": progress.settings_done,
+                "settings_total": progress.settings_total,
+                "setting": progress.setting,
+                "elapsed_s": round(progress.elapsed_s, 1),
+                "remaining_s": round(progress.remaining_s),
+            },
+        )
+
+    return report
 
 
 @callback

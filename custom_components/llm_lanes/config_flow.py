@@ -18,6 +18,7 @@ from homeassistant.config_entries import (
 )
 from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import callback
+from homeassistant.data_entry_flow import AbortFlow
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.selector import (
     SelectOptionDict,
@@ -140,6 +141,23 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             return None, {"base": "no_models"}
         return probed, {}
 
+    @callback
+    def _abort_if_url_configured(self, entry_id: str | None = None) -> None:
+        """Abort when another entry has this URL, as the flow writes it now.
+
+        Entries stored before the flow wrote URLs without ``/v1`` have it in their URL and
+        unique id: the server is the same.
+        """
+        for other in self._async_current_entries(include_ignore=False):
+            if other.entry_id == entry_id or CONF_URL not in other.data:
+                continue
+            try:
+                stored = normalize_url(other.data[CONF_URL])
+            except InvalidURLError:
+                continue
+            if stored == self._url:
+                raise AbortFlow("already_configured")
+
     async def async_step_user(
         self, user_input: dict[str, Any] | None = None
     ) -> ConfigFlowResult:
@@ -150,6 +168,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
             if probed is not None:
                 await self.async_set_unique_id(probed.info.unique_id)
                 self._abort_if_unique_id_configured()
+                self._abort_if_url_configured()
                 self._probed = probed
                 return await self.async_step_model()
         return self.async_show_form(
@@ -260,6 +279,7 @@ class LLMLanesConfigFlow(ConfigFlow, domain=DOMAIN):
                 await self.async_set_unique_id(probed.info.unique_id)
                 if probed.info.unique_id != entry.unique_id:
                     self._abort_if_unique_id_configured()
+                self._abort_if_url_configured(entry.entry_id)
                 data = {**entry.data, CONF_URL: self._url}
                 data.pop(CONF_API_KEY, None)
                 if self._api_key:

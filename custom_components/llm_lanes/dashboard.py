@@ -241,7 +241,10 @@ def server_view(
     *,
     admin: bool = True,
 ) -> dict[str, Any]:
-    """Build the view of one server (a *sections* view), for an admin or another user."""
+    """Build the view of one server (a *sections* view), for an admin or another user.
+
+    Its tab shows its title (a view with an icon shows the icon alone: every server's the same).
+    """
     entities = _Entities(hass, entry)
     latency = _latency_section(entities)
     sections = [
@@ -259,7 +262,6 @@ def server_view(
         "type": "sections",
         "title": entry.title,
         "path": f"server-{index + 1}",
-        "icon": "mdi:highway",
         "max_columns": 3,
         "sections": sections,
     }
@@ -384,8 +386,9 @@ def servers_view(
         )
         sections.append(section)
     first = _Entities(hass, entries[0])
+    # One row per server, named by the server (each one's own name is "State in the pool").
     states = [
-        row
+        {**row, "name": entry.title}
         for entry in entries
         if (row := _Entities(hass, entry).get(Platform.SENSOR, "pool_state"))
     ]
@@ -406,7 +409,6 @@ def servers_view(
         "type": "sections",
         "title": "Servers",
         "path": "servers",
-        "icon": "mdi:server-network",
         "max_columns": min(len(entries), 4),
         "sections": sections,
     }

@@ -214,40 +214,40 @@ class JobEntity(ServerEntity):
 class LLMLanesSubentryEntity(ServerEntity):
     """An entity of one subentry (its own device, via the server's), sending through its scheduler.
 
-    The device is named after the subentry. A subentry named after its server (the default,
-    "llama.cpp on nas") has its entity say what it is (``name_key``: "Conversation", "AI Task",
-    translated); one the user named ("Kitchen helper") is that name alone.
+    The entity is its device's: it takes the device's name. A subentry named after its server
+    (the default, "llama.cpp on nas") names its device by what it is and which server
+    (``name_key``: "llama.cpp on nas Conversation", "llama.cpp on nas AI Task", translated), so it
+    is not taken for the server's device; one the user named ("Kitchen helper") is that name alone.
     """
 
     name_key: str
-    """The translation key naming the entity (``entity.<platform>.<name_key>.name``)."""
+    """The translation key naming the device (``device.<name_key>.name``, ``{server}`` in it)."""
 
     def __init__(self, entry: LLMLanesConfigEntry, subentry: ConfigSubentry) -> None:
         """Put the entity on its subentry's device; name it by what it is, or by the device."""
         named_after_server = subentry.title in default_names(
             ServerKind(entry.data[CONF_KIND]), entry.data[CONF_URL]
         )
-        super().__init__(
-            entry,
-            EntityDescription(
-                key=subentry.subentry_id,
-                translation_key=self.name_key if named_after_server else None,
-            ),
-        )
-        if not named_after_server:
-            self._attr_name = None
+        super().__init__(entry, EntityDescription(key=subentry.subentry_id))
+        self._attr_name = None
         self.subentry = subentry
         # A device belongs to one subentry, so each agent gets its own device, linked to the
         # server's device (``via_device_id``).
         server = server_device_info(entry)
         self._attr_device_info = DeviceInfo(
             identifiers={(DOMAIN, subentry.subentry_id)},
-            name=subentry.title,
             manufacturer=server.get("manufacturer"),
             model=subentry.data.get(CONF_MODEL, entry.data[CONF_MODEL]),
             entry_type=DeviceEntryType.SERVICE,
             via_device_id=entry.runtime_data.device_id,
         )
+        if named_after_server:
+            self._attr_device_info["translation_key"] = self.name_key
+            self._attr_device_info["translation_placeholders"] = {
+                "server": subentry.title
+            }
+        else:
+            self._attr_device_info["name"] = subentry.title
 
     @property
     def settings(self) -> dict[str, Any]:

@@ -44,6 +44,13 @@ from custom_components.llm_lanes.authorization import (
 from custom_components.llm_lanes.calibration import async_calibrate
 from custom_components.llm_lanes.const import CONF_MODEL, DOMAIN
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
+from custom_components.llm_lanes.core.bench.calibrate import (
+    MAX_DURATION_S,
+    MIN_FINISHED_PER_ROW,
+    measured_requests,
+    shortest_duration,
+)
+from custom_components.llm_lanes.core.bench.workload import load_scenario
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.router import ANY_MODEL
@@ -270,6 +277,7 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
 
     It is applied only when the run could tell the settings apart and the pick measured better
     than the current settings (``core.bench.calibrate.decide``); ``verdict_reason`` says why not.
+    A duration whose settings cannot send enough requests to be told apart is refused first.
     """
     entry = _entry(call)
     if call.data[ATTR_APPLY] or call.data[ATTR_FORCE]:
@@ -283,11 +291,27 @@ async def async_run_benchmark(call: ServiceCall) -> ServiceResponse:
             start=jobs.window_start.strftime("%H:%M"),
             end=jobs.window_end.strftime("%H:%M"),
         )
+    duration_s: float = call.data[ATTR_DURATION_S]
+    scenario = await call.hass.async_add_executor_job(
+        load_scenario, call.data[ATTR_SCENARIO]
+    )
+    # Refused before the minutes it would take: too few requests to tell settings apart.
+    sent = measured_requests(scenario, duration_s)
+    if sent is not None and sent < MIN_FINISHED_PER_ROW:
+        shortest = shortest_duration(scenario)
+        raise validation_error(
+            "benchmark_too_short",
+            scenario=scenario.name,
+            duration=f"{duration_s:g}",
+            requests=str(sent),
+            needed=str(MIN_FINISHED_PER_ROW),
+            shortest=str(shortest or MAX_DURATION_S),
+        )
     return await async_calibrate(
         call.hass,
         entry,
-        scenario=call.data[ATTR_SCENARIO],
-        duration_s=call.data[ATTR_DURATION_S],
+        scenario=scenario,
+        duration_s=duration_s,
         apply=call.data[ATTR_APPLY],
     )
 

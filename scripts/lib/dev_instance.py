@@ -1,9 +1,13 @@
 """The simulated LLM server and a real Home Assistant with LLM Lanes, as ``scripts/develop`` runs them.
 
-    python scripts/lib/dev_instance.py [--ha-port 8123] [--sim-port 11434] [--sim-slots 4] [--sim-speed 1]
+    python scripts/lib/dev_instance.py [--config DIR] [--ha-port 8123]
+        [--sim-port 11434] [--sim-slots 4] [--sim-speed 1]   the simulator and its entry (default)
+        | --server URL [--api-key KEY]                        an entry for your server, no simulator
+        | --empty                                            no simulator, no entry: add one in the UI
     python scripts/lib/dev_instance.py --check
 
-The first form serves ``config/`` until Ctrl-C. ``--check`` starts the same thing in a fresh config
+The first form serves the config folder (``config/`` in the repository unless ``--config``) until
+Ctrl-C. ``--check`` starts the same thing in a fresh config
 folder on free ports, then checks it as a newcomer would find it: an owner is created through the
 onboarding API, Home Assistant's REST API must show the LLM Lanes entry loaded, its entities with
 states, its conversation agent answering and ``llm_lanes.summarize`` summarizing the recorder's
@@ -76,6 +80,10 @@ class DevInstance:
     sim_speed: float = 1.0
     # False leaves the LLM Lanes entry to be added through the UI (tests/e2e).
     seed_entry: bool = True
+    server: str | None = None
+    """The LLM server the entry is for (none: the simulator, started with Home Assistant)."""
+    api_key: str | None = None
+    """The API key of ``server``, when it asks for one."""
     quiet: bool = False
     _processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -88,6 +96,18 @@ class DevInstance:
     def sim_url(self) -> str:
         """The simulator's base URL."""
         return f"http://127.0.0.1:{self.sim_port}"
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the simulator runs: unless the entry is for another server, or there is none."""
+        return self.server is None and self.seed_entry
+
+    @property
+    def entry_url(self) -> str | None:
+        """The URL the seeded LLM Lanes entry is for (None: no entry is seeded)."""
+        if not self.seed_entry:
+            return None
+        return self.server if self.server is not None else self.sim_url
 
     @property
     def log_path(self) -> Path:
@@ -114,8 +134,16 @@ class DevInstance:
                 (self.config_dir / name).write_text(empty)
         link = self.config_dir / "custom_components" / "llm_lanes"
         link.parent.mkdir(exist_ok=True)
+        ours = REPO / "custom_components" / "llm_lanes"
+        if link.exists() and not link.is_symlink():
+            raise SystemExit(
+                f"{link} is an installed copy of LLM Lanes, not this checkout's: move it "
+                "away, or use another folder (--config)"
+            )
+        if link.is_symlink() and link.resolve() != ours:  # another checkout's
+            link.unlink()
         if not link.is_symlink():
-            link.symlink_to(REPO / "custom_components" / "llm_lanes")
+            link.symlink_to(ours)
         # The blueprints, copied at each start where Settings → Blueprints finds them (Home
         # Assistant does not follow a linked folder there). Home Assistant adds its own examples
         # only to a folder it creates: they are copied first, as it would.
@@ -125,36 +153,39 @@ class DevInstance:
                 Path(automation_component.__file__).parent / "blueprints",
                 automation_blueprints / "homeassistant",
             )
-        ours = automation_blueprints / "llm_lanes"
-        if ours.is_symlink():  # an older develop linked them
-            ours.unlink()
+        blueprints = automation_blueprints / "llm_lanes"
+        if blueprints.is_symlink():  # an older develop linked them
+            blueprints.unlink()
         shutil.copytree(
-            REPO / "blueprints" / "automation" / "llm_lanes", ours, dirs_exist_ok=True
+            REPO / "blueprints" / "automation" / "llm_lanes",
+            blueprints,
+            dirs_exist_ok=True,
         )
 
     def start(self) -> None:
         """Prepare the folder, start the simulator, seed the storage, start Home Assistant."""
         self.prepare()
 
-        say(f"simulated LLM server on {self.sim_url} ({self.sim_slots} slots)")
-        with (self.config_dir / "simulator.log").open("wb") as sim_log:
-            self._spawn(
-                "tools.simulator",
-                *("--port", str(self.sim_port), "--slots", str(self.sim_slots)),
-                *("--speed", str(self.sim_speed)),
-                stdout=sim_log,
+        if self.simulated:
+            say(f"simulated LLM server on {self.sim_url} ({self.sim_slots} slots)")
+            with (self.config_dir / "simulator.log").open("wb") as sim_log:
+                self._spawn(
+                    "tools.simulator",
+                    *("--port", str(self.sim_port), "--slots", str(self.sim_slots)),
+                    *("--speed", str(self.sim_speed)),
+                    stdout=sim_log,
+                )
+            wait_until(
+                lambda: http_status(f"{self.sim_url}/health") == 200,
+                self._processes[0],
+                "the simulator",
             )
-        wait_until(
-            lambda: http_status(f"{self.sim_url}/health") == 200,
-            self._processes[0],
-            "the simulator",
-        )
 
-        entry = " and the LLM Lanes entry" if self.seed_entry else ""
-        say(f"HTTP server, onboarding{entry} in .storage")
-        seed_config.run(
-            self.config_dir, self.ha_port, self.sim_url if self.seed_entry else None
+        entry = (
+            f" and the LLM Lanes entry for {self.entry_url}" if self.entry_url else ""
         )
+        say(f"HTTP server, onboarding{entry} in .storage ({self.config_dir})")
+        seed_config.run(self.config_dir, self.ha_port, self.entry_url, self.api_key)
 
         say(f"Home Assistant on {self.url} (log: {self.log_path})")
         self._spawn(
@@ -369,24 +400,63 @@ def stop_on_signals() -> None:
             raise KeyboardInterrupt
 
 
-def main() -> int:
-    """Serve config/ until Ctrl-C (or SIGTERM, SIGHUP), or run the check."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Read ``scripts/develop``'s options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--check", action="store_true")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="start the simulator's set-up in a fresh folder, check it, stop",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=REPO / "config",
+        help="the configuration folder (made if missing; default: config/ in the repository)",
+    )
     parser.add_argument("--ha-port", type=int, default=8123)
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument(
+        "--server",
+        metavar="URL",
+        help="add the LLM Lanes entry for this LLM server instead of the simulator's "
+        "(no simulator)",
+    )
+    target.add_argument(
+        "--empty",
+        action="store_true",
+        help="no simulator and no LLM Lanes entry: add your server in the UI",
+    )
+    parser.add_argument("--api-key", help="the API key of --server, if it asks for one")
     parser.add_argument("--sim-port", type=int, default=11434)
     parser.add_argument("--sim-slots", type=int, default=4)
     parser.add_argument("--sim-speed", type=float, default=1.0)
-    args = parser.parse_args()
-    if args.check:
-        return check()
-    instance = DevInstance(
-        REPO / "config",
+    args = parser.parse_args(argv)
+    if args.api_key and not args.server:
+        parser.error("--api-key goes with --server")
+    return args
+
+
+def instance_from_args(args: argparse.Namespace) -> DevInstance:
+    """Return the Home Assistant (and simulator) the options ask for."""
+    return DevInstance(
+        args.config.expanduser().resolve(),
         ha_port=args.ha_port,
         sim_port=args.sim_port,
         sim_slots=args.sim_slots,
         sim_speed=args.sim_speed,
+        seed_entry=not args.empty,
+        server=args.server,
+        api_key=args.api_key,
     )
+
+
+def main() -> int:
+    """Serve the config folder until Ctrl-C (or SIGTERM, SIGHUP), or run the check."""
+    args = parse_args()
+    if args.check:
+        return check()
+    instance = instance_from_args(args)
     with suppress(KeyboardInterrupt):
         stop_on_signals()
         with instance.running():

@@ -110,16 +110,19 @@ in_env() {
     local root
     root=$(forky_root)
     cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+    # LLM_LANES_CONFIG_DIR (scripts/develop --config): a folder outside the repo, seen inside at
+    # the same path.
     unshare --mount --propagation private -- /bin/bash -c '
       set -e
-      root=$1 repo=$2 artifacts=$3; shift 3
+      root=$1 repo=$2 artifacts=$3 config=$4; shift 4
       mount --bind "$repo" "$root/repo"
       mount --bind "$artifacts" "$root/artifacts"
+      if [ -n "$config" ]; then mkdir -p "$root$config" && mount --bind "$config" "$root$config"; fi
       mount -t proc proc "$root/proc"
       mount --rbind /dev "$root/dev"
       mount -t tmpfs tmpfs "$root/dev/shm" 2>/dev/null || true
       exec chroot "$root" "$@"
-    ' _ "$root" "$LLM_LANES_REPO" "$LLM_LANES_ARTIFACTS_HOST" \
+    ' _ "$root" "$LLM_LANES_REPO" "$LLM_LANES_ARTIFACTS_HOST" "${LLM_LANES_CONFIG_DIR:-}" \
       /usr/bin/env -i HOME=/root LANG=C.UTF-8 PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin \
       VIRTUAL_ENV=/opt/venv LLM_LANES_ARTIFACTS=/artifacts "${passthrough[@]}" \
       /bin/sh -c 'cd /repo && exec "$@"' _ "$@"

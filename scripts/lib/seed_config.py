@@ -7,15 +7,15 @@ All four go through Home Assistant's own storage classes, in the format it loads
 - onboarding's core-config step marked done: ``configuration.yaml`` already holds the core config,
   and that step is the one that sets up Google Translate, Met.no and Radio Browser, which fail with
   no internet (the owner account is still created in the UI);
-- with a URL, the LLM Lanes config entry (a conversation agent and an AI Task subentry) against the
-  server at that URL, after asking it what it is with the integration's own probe (the config
-  flow's check). When the folder already holds the entry made for the simulator (same kind and
+- with a URL (and the API key it asks for), the LLM Lanes config entry (a conversation agent and
+  an AI Task subentry) against the server at that URL, unless the folder has one for it, after
+  asking it what it is with the integration's own probe (the config flow's check). When the folder already holds the entry made for the simulator (same kind and
   model, on this machine), only its URL is brought up to date (the simulator may run on another
   port this time);
 - with the entry made, Assist's preferred assistant using its conversation agent (the pipeline's
   ``conversation_engine``), unless Home Assistant already keeps assistants in this folder.
 
-    python scripts/lib/seed_config.py CONFIG_DIR HTTP_PORT [URL]
+    python scripts/lib/seed_config.py CONFIG_DIR HTTP_PORT [URL [API_KEY]]
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ from homeassistant.components.onboarding import (
     OnboardingStorage,
 )
 from homeassistant.components.onboarding.const import STEP_CORE_CONFIG
-from homeassistant.const import CONF_URL
+from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.storage import Store
 from homeassistant.util import ulid as ulid_util
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from custom_components.llm_lanes.backend_setup import probe_server  # noqa: E402
+from custom_components.llm_lanes.backend_setup import normalize_url, probe_server  # noqa: E402
 from custom_components.llm_lanes.config_flow import LLMLanesConfigFlow  # noqa: E402
 from custom_components.llm_lanes.const import CONF_KIND, CONF_MODEL, DOMAIN  # noqa: E402
 from custom_components.llm_lanes.entry_defaults import (  # noqa: E402
@@ -101,8 +101,12 @@ async def seed_onboarding(hass: HomeAssistant) -> None:
         await store.async_save(data)
 
 
-async def seed_entry(hass: HomeAssistant, url: str) -> str:
-    """Write the entry unless one exists; return what happened."""
+async def seed_entry(hass: HomeAssistant, url: str, api_key: str | None = None) -> str:
+    """Write the entry unless one exists; return what happened.
+
+    The URL is written as the config flow writes it (``normalize_url``: no ``/v1``).
+    """
+    url = normalize_url(url)
     store: Store[dict[str, list[dict[str, object]]]] = Store(
         hass,
         config_entries.STORAGE_VERSION,
@@ -111,13 +115,18 @@ async def seed_entry(hass: HomeAssistant, url: str) -> str:
     )
     stored = await store.async_load() or {"entries": []}
     async with aiohttp.ClientSession() as session:
-        probed = await probe_server(session, url, None)
+        probed = await probe_server(session, url, api_key)
     others: list[str] = []
     for existing in stored["entries"]:
         data = existing["data"]
         assert isinstance(data, dict)
         if existing.get("domain") == DOMAIN:
             others.append(str(data.get(CONF_URL)))
+        if (
+            existing.get("domain") == DOMAIN
+            and existing.get("unique_id") == probed.info.unique_id
+        ):
+            return f"{existing['title']} already set up for {url}"
         # The entry this script made for the simulator on an earlier start, maybe on another port.
         if (
             existing.get("domain") == DOMAIN
@@ -140,8 +149,11 @@ async def seed_entry(hass: HomeAssistant, url: str) -> str:
     )
     # Named and filled as the config flow does it (the model step's defaults).
     name = server_name(probed.kind, url, others)
+    entry_data = {CONF_URL: url, CONF_KIND: probed.kind.value, CONF_MODEL: model}
+    if api_key:
+        entry_data[CONF_API_KEY] = api_key
     entry = config_entries.ConfigEntry(
-        data={CONF_URL: url, CONF_KIND: probed.kind.value, CONF_MODEL: model},
+        data=entry_data,
         discovery_keys=MappingProxyType({}),
         domain=DOMAIN,
         minor_version=LLMLanesConfigFlow.MINOR_VERSION,
@@ -194,25 +206,30 @@ async def seed_assist(hass: HomeAssistant, agent: str) -> bool:
     return True
 
 
-async def seed(config_dir: Path, http_port: int, url: str | None) -> None:
+async def seed(
+    config_dir: Path, http_port: int, url: str | None, api_key: str | None = None
+) -> None:
     """Write the HTTP server, onboarding's state and (with a URL) the entry."""
     hass = HomeAssistant(str(config_dir))
     await seed_http(hass, http_port)
     await seed_onboarding(hass)
     if url is not None:
-        print(await seed_entry(hass, url), flush=True)
+        print(await seed_entry(hass, url, api_key), flush=True)
     await hass.async_stop(force=True)
 
 
-def run(config_dir: Path, http_port: int, url: str | None) -> None:
+def run(
+    config_dir: Path, http_port: int, url: str | None, api_key: str | None = None
+) -> None:
     """Seed a config folder (what the command line does)."""
-    asyncio.run(seed(config_dir, http_port, url))
+    asyncio.run(seed(config_dir, http_port, url, api_key))
 
 
 def main() -> int:
     """Seed the config folder named on the command line."""
     config_dir, http_port = Path(sys.argv[1]), int(sys.argv[2])
-    run(config_dir, http_port, sys.argv[3] if len(sys.argv) > 3 else None)
+    url = sys.argv[3] if len(sys.argv) > 3 else None
+    run(config_dir, http_port, url, sys.argv[4] if len(sys.argv) > 4 else None)
     return 0
 
 

@@ -9,29 +9,44 @@ slot (the simulator refuses a longer prompt with HTTP 400, as llama-server does)
 
 from __future__ import annotations
 
+import math
 from typing import Any
+from xml.etree import ElementTree as ET
 
 import aiohttp
+import pytest
 
 from custom_components.llm_lanes.core.backends.detect import connect
 from custom_components.llm_lanes.core.bench.calibrate import (
+    MAX_DURATION_S,
     MIN_FINISHED_PER_ROW,
+    CalibrationProgress,
     Verdict,
     calibrate,
     decide,
+    measured_requests,
+    shortest_duration,
 )
 from custom_components.llm_lanes.core.bench.curve import (
     PREFILL_PROBE_WORDS,
+    BatchCurve,
+    BatchPoint,
     prefill_probe_words,
+    svg_plot,
 )
 from custom_components.llm_lanes.core.bench.sweep import SweepRow
-from custom_components.llm_lanes.core.bench.workload import load_scenario
+from custom_components.llm_lanes.core.bench.workload import (
+    builtin_scenarios,
+    load_scenario,
+)
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.tokens import TOKENS_PER_MESSAGE
 from tools.simulator.answers import count_text_tokens
 from tools.simulator.server import SimConfig
 
 from .test_runner_sweep import StartSim
+
+BUILTIN = builtin_scenarios()
 
 
 def _row(label: str, goodput: float, tok_s: float, finished: int = 40) -> SweepRow:
@@ -124,6 +139,7 @@ async def test_calibration_on_small_slots_stays_within_them(
     """On 1,024-token slots nothing is refused by the server and every row has requests."""
     sim = await start_sim(SimConfig(speed=20, slots=4, kv_capacity_tokens=4096))
     backend = await connect(session, sim.url)
+    progress: list[CalibrationProgress] = []
     result = await calibrate(
         backend,
         SchedulerSettings(),
@@ -131,7 +147,25 @@ async def test_calibration_on_small_slots_stays_within_them(
         grid={"max_sequences": ["2", "4"]},
         duration_s=3,
         time_scale=20,
+        on_progress=progress.append,
     )
+    # Told before the batch curve: the settings and their longest time; then each one done.
+    total = len(result.rows)
+    assert [(p.step, p.settings_done, p.settings_total) for p in progress] == [
+        ("batch_curve", 0, total),
+        ("sweep", 0, total),
+        *(("setting", done, total) for done in range(1, total + 1)),
+        ("done", total, total),
+    ]
+    assert [p.setting for p in progress[2:-1]] == [row["label"] for row in result.rows]
+    assert progress[0].remaining_s == total * (3 + 5)
+    assert [p.remaining_s for p in progress] == sorted(
+        (p.remaining_s for p in progress), reverse=True
+    )
+    # No setting finished more than the scenario sent in its measured window.
+    sent = measured_requests(load_scenario("evening"), 3)
+    assert sent is not None
+    assert all(row["finished"] <= sent for row in result.rows)
     assert result.context == 1024
     assert result.scaled_to_context
     assert result.curve is not None and result.curve.prefill_tok_s
@@ -145,3 +179,58 @@ async def test_calibration_on_small_slots_stays_within_them(
     for row in result.rows:
         assert row["finished"] > 0
         assert row["failed"] == 0
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_a_run_that_cannot_tell_settings_apart_is_known_before(name: str) -> None:
+    """Open-loop scenarios: the requests a setting sends in its window, and the duration that does.
+
+    The issue's 8 s of *evening* sends too few; the suggested duration sends enough, a fifth
+    more than the shortest that does. A scenario that loops sends what the server answers:
+    nothing is known before.
+    """
+    scenario = load_scenario(name)
+    if any(cls.arrival.process == "closed" for cls in scenario.classes):
+        assert measured_requests(scenario, 8) is None
+        assert shortest_duration(scenario) is None
+        return
+    shortest = shortest_duration(scenario)
+    assert shortest is not None and shortest <= MAX_DURATION_S
+    assert measured_requests(scenario, shortest) >= MIN_FINISHED_PER_ROW  # type: ignore[operator]
+    assert measured_requests(scenario, math.floor(shortest / 1.2) - 1) < (  # type: ignore[operator]
+        MIN_FINISHED_PER_ROW
+    )
+    if name == "evening":
+        assert measured_requests(scenario, 8) < MIN_FINISHED_PER_ROW  # type: ignore[operator]
+
+
+def test_the_chart_says_the_measured_maxima_and_ticks_its_axes() -> None:
+    """The titles print the measured maxima (not the axes' tops); both axes are ticked from 0."""
+    curve = BatchCurve(
+        points=[
+            BatchPoint(
+                sequences=1, itl_p50_s=0.0213, itl_p95_s=0.03, output_tok_s=46.9
+            ),
+            BatchPoint(
+                sequences=2, itl_p50_s=0.0287, itl_p95_s=0.04, output_tok_s=69.7
+            ),
+            BatchPoint(
+                sequences=4, itl_p50_s=0.0412, itl_p95_s=0.05, output_tok_s=97.1
+            ),
+        ],
+        prefill_tok_s=None,
+    )
+    svg = ET.fromstring(svg_plot(curve))  # noqa: S314  (our own chart)
+    texts: dict[str, list[str]] = {}
+    for text in svg.iter("{http://www.w3.org/2000/svg}text"):
+        texts.setdefault(text.get("class", ""), []).append(text.text or "")
+    assert texts["itl-title"] == ["ITL p50 (ms), measured max 41.2"]
+    assert texts["rate-title"] == ["output tok/s, measured max 97.1"]
+    assert texts["x-tick"] == ["1", "2", "4"]
+    for key, measured_max in (("itl-tick", 41.2), ("rate-tick", 97.1)):
+        ticks = [float(tick) for tick in texts[key]]
+        assert ticks[0] == 0
+        assert len(ticks) >= 3
+        assert ticks == sorted(ticks)
+        # The top tick reaches the maximum, and the curve fills two thirds of the height.
+        assert measured_max <= ticks[-1] <= 1.5 * measured_max

@@ -11,16 +11,20 @@ would not (``Scenario.fitted``).
 
 Whether the recommendation should be applied is decided on the same measurements
 (``decide``): never from a run too short to tell the settings apart, and never when it is no
-better than the current settings.
+better than the current settings. A run that cannot be long enough is known before it starts
+(``measured_requests``: the requests the scenario sends in a setting's measured window), and so
+is how long it takes (``CalibrationPlan``); ``calibrate`` reports its progress as it goes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 import math
-from typing import Any, Final
+import time
+from typing import Any, Final, Literal
 
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.bench.curve import (
@@ -29,8 +33,16 @@ from custom_components.llm_lanes.core.bench.curve import (
     text_plot,
 )
 from custom_components.llm_lanes.core.bench.runner import BenchPolicy, describe_server
-from custom_components.llm_lanes.core.bench.sweep import SweepRow, run_sweep
-from custom_components.llm_lanes.core.bench.workload import Scenario, load_scenario
+from custom_components.llm_lanes.core.bench.sweep import (
+    SweepRow,
+    combinations,
+    run_sweep,
+)
+from custom_components.llm_lanes.core.bench.workload import (
+    Scenario,
+    load_scenario,
+    plan_open_requests,
+)
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 
@@ -156,6 +168,105 @@ def decide(
     )
 
 
+def drain_s(duration_s: float) -> float:
+    """How long a setting's requests still running at its end may finish (the runner's default)."""
+    return max(5.0, duration_s / 5)
+
+
+def measured_requests(scenario: Scenario, duration_s: float) -> int | None:
+    """Return the requests a setting of a ``duration_s`` run sends in its measured window.
+
+    Those are the most it can finish, the number ``decide`` needs ``MIN_FINISHED_PER_ROW`` of.
+    None when a class loops (``closed``): it sends as many as the server answers, unknown before.
+    """
+    if any(cls.arrival.process == "closed" for cls in scenario.classes):
+        return None
+    short = shorten(scenario, duration_s)
+    return sum(
+        1 for planned in plan_open_requests(short) if planned.at_s >= short.warmup_s
+    )
+
+
+def shortest_duration(scenario: Scenario) -> int | None:
+    """Return a ``duration_s`` whose window holds ``MIN_FINISHED_PER_ROW`` requests, with room.
+
+    A fifth more than the shortest whole number of seconds that does (not every request sent
+    finishes in time), at most ``MAX_DURATION_S``; None when the scenario loops (see
+    ``measured_requests``) or no duration up to ``MAX_DURATION_S`` does.
+    """
+    if measured_requests(scenario, 1) is None:
+        return None
+    # A shorter run's arrivals are the first ones of a longer run's (each class's own generator).
+    times = sorted(
+        planned.at_s
+        for planned in plan_open_requests(shorten(scenario, MAX_DURATION_S))
+    )
+    for duration in range(1, MAX_DURATION_S + 1):
+        warmup = shorten(scenario, duration).warmup_s
+        if bisect_left(times, duration) - bisect_left(times, warmup) >= (
+            MIN_FINISHED_PER_ROW
+        ):
+            return min(math.ceil(1.2 * duration), MAX_DURATION_S)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationPlan:
+    """What a calibration runs after the batch curve, known before it starts."""
+
+    settings: int
+    """Settings run (the grid's within the server's slots, and the current ones)."""
+    duration_s: float
+    """How long each setting sends requests."""
+
+    @property
+    def setting_s(self) -> float:
+        """The longest one setting takes: its duration, then what still runs may finish."""
+        return self.duration_s + drain_s(self.duration_s)
+
+    @property
+    def settings_s(self) -> float:
+        """The longest the settings take together."""
+        return self.settings * self.setting_s
+
+
+type Step = Literal["batch_curve", "sweep", "setting", "done"]
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationProgress:
+    """Where a calibration is: at the batch curve, at the settings, a setting done, or done."""
+
+    step: Step
+    settings_done: int
+    settings_total: int
+    elapsed_s: float
+    remaining_s: float
+    """The longest what is left may take (the batch curve while it runs not counted)."""
+    setting: str | None = None
+    """The setting just done (``step`` ``setting``)."""
+
+
+type ProgressCallback = Callable[[CalibrationProgress], None]
+
+
+def effective_grid(
+    grid: Mapping[str, Sequence[str]], slots: int | None
+) -> dict[str, list[str]]:
+    """Return the grid as run: ``max_sequences`` beyond the server's slots dropped."""
+    effective = {key: list(values) for key, values in grid.items()}
+    if slots and "max_sequences" in effective:
+        kept = [v for v in effective["max_sequences"] if int(v) <= slots]
+        effective["max_sequences"] = kept or [str(slots)]
+    return effective
+
+
+def settings_run(grid: Mapping[str, Sequence[str]], current: Mapping[str, str]) -> int:
+    """Return how many settings a sweep of ``grid`` and the current settings runs."""
+    combos = combinations({key: list(values) for key, values in grid.items()}) or [{}]
+    return len(combos) + (dict(current) not in combos)
+
+
 def current_values(
     settings: SchedulerSettings, keys: Sequence[str], slots: int | None
 ) -> dict[str, str]:
@@ -237,14 +348,42 @@ async def calibrate(
     policy: BenchPolicy = "lanes",
     model: str | None = None,
     time_scale: float = 1.0,
+    on_progress: ProgressCallback | None = None,
 ) -> CalibrationResult:
     """Run the grid and the current settings; recommend the setting with the highest goodput.
 
     ``max_sequences`` values above the server's slot count are dropped (the server would only
     queue them). ``base_settings`` are the current ones: the decision compares the pick with
-    them. Takes about ``duration_s`` times the number of settings run.
+    them. Takes the batch curve, then at most ``CalibrationPlan.settings_s``; ``on_progress``
+    hears where it is: before the curve (with the plan), after it, after each setting, at the
+    end.
     """
+    started = time.monotonic()
     server = await describe_server(backend, model)
+    effective = effective_grid(grid, server.slots)
+    current = current_values(base_settings, list(effective), server.slots)
+    plan = CalibrationPlan(settings_run(effective, current), duration_s)
+    done = 0
+
+    def report(step: Step, setting: str | None = None) -> None:
+        if on_progress is not None:
+            on_progress(
+                CalibrationProgress(
+                    step=step,
+                    settings_done=done,
+                    settings_total=plan.settings,
+                    elapsed_s=time.monotonic() - started,
+                    remaining_s=(plan.settings - done) * plan.setting_s,
+                    setting=setting,
+                )
+            )
+
+    def row_done(row: SweepRow) -> None:
+        nonlocal done
+        done += 1
+        report("setting", row.label)
+
+    report("batch_curve")
     curve = await measure_curve(
         backend,
         server.model,
@@ -252,13 +391,9 @@ async def calibrate(
         time_scale=time_scale,
         context_tokens=server.context,
     )
+    report("sweep")
     loaded = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
     fitted = loaded.fitted(server.context)
-    effective = {key: list(values) for key, values in grid.items()}
-    if server.slots and "max_sequences" in effective:
-        kept = [v for v in effective["max_sequences"] if int(v) <= server.slots]
-        effective["max_sequences"] = kept or [str(server.slots)]
-    current = current_values(base_settings, list(effective), server.slots)
     result = await run_sweep(
         backend,
         shorten(fitted, duration_s),
@@ -267,8 +402,10 @@ async def calibrate(
         grid=effective,
         server=server,
         time_scale=time_scale,
+        on_row=row_done,
         also=[current],
     )
+    report("done")
     best = result.best_goodput
     current_row = next(row for row in result.rows if row.overrides == current)
     values = dict(best.overrides)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict, dataclass
+import math
 import time
 from typing import Any
 
@@ -267,22 +268,48 @@ def text_plot(curve: BatchCurve, width: int = 40) -> str:
     return "\n".join(lines)
 
 
+Y_DIVISIONS = 4
+"""Divisions of the chart's height: both vertical axes are ticked at the same heights."""
+
+
+STEP_FACTORS = (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10)
+"""Round steps (times a power of ten): none is more than 1.5 times the one before, so the
+axis's top is at most 1.5 times the maximum."""
+
+
+def nice_step(top: float, divisions: int = Y_DIVISIONS) -> float:
+    """Return the smallest round step (``STEP_FACTORS``) whose ``divisions`` reach ``top``."""
+    if top <= 0:
+        return 1.0
+    raw = top / divisions
+    power = 10.0 ** math.floor(math.log10(raw))
+    return next(factor * power for factor in STEP_FACTORS if factor * power >= raw)
+
+
+def _tick(value: float) -> str:
+    return f"{round(value, 6):g}"
+
+
 def svg_plot(curve: BatchCurve, *, width: int = 480, height: int = 260) -> str:
     """Draw the curve as a small SVG chart (no plotting library: Home Assistant serves it).
 
-    Blue: ITL p50 (left axis, ms); green: output tokens/s (right axis).
+    Blue: ITL p50 (left axis, ms); green: output tokens/s (right axis). Both axes are ticked
+    from 0 at the same heights; the titles say the measured maxima.
     """
-    left, right, top, bottom = 48, 56, 16, 36
+    left, right, top, bottom = 48, 56, 28, 36
     inner_w, inner_h = width - left - right, height - top - bottom
     sizes = [point.sequences for point in curve.points]
     itls = [1000 * (point.itl_p50_s or 0.0) for point in curve.points]
     rates = [point.output_tok_s for point in curve.points]
-    itl_top = max(itls) * 1.15 or 1.0
-    rate_top = max(rates) * 1.15 or 1.0
+    itl_step, rate_step = nice_step(max(itls)), nice_step(max(rates))
+    itl_top, rate_top = itl_step * Y_DIVISIONS, rate_step * Y_DIVISIONS
     span = max(sizes[-1] - sizes[0], 1)
 
     def x(size: int) -> float:
         return left + inner_w * (size - sizes[0]) / span
+
+    def y(division: int) -> float:
+        return top + inner_h * (1 - division / Y_DIVISIONS)
 
     def polyline(values: list[float], top_value: float, color: str) -> str:
         points = " ".join(
@@ -291,19 +318,34 @@ def svg_plot(curve: BatchCurve, *, width: int = 480, height: int = 260) -> str:
         )
         return f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}"/>'
 
-    ticks = "".join(
-        f'<text x="{x(size):.1f}" y="{height - bottom + 16}" text-anchor="middle">{size}</text>'
+    x_ticks = "".join(
+        f'<line x1="{x(size):.1f}" y1="{height - bottom}" x2="{x(size):.1f}" '
+        f'y2="{height - bottom + 4}" stroke="#999"/>'
+        f'<text class="x-tick" x="{x(size):.1f}" y="{height - bottom + 16}" '
+        f'text-anchor="middle">{size}</text>'
         for size in sizes
+    )
+    y_ticks = "".join(
+        f'<line x1="{left}" y1="{y(n):.1f}" x2="{width - right}" y2="{y(n):.1f}" '
+        'stroke="#eee"/>'
+        f'<text class="itl-tick" x="{left - 4}" y="{y(n) + 4:.1f}" text-anchor="end" '
+        f'fill="#1f77b4">{_tick(n * itl_step)}</text>'
+        f'<text class="rate-tick" x="{width - right + 4}" y="{y(n) + 4:.1f}" '
+        f'fill="#2ca02c">{_tick(n * rate_step)}</text>'
+        for n in range(Y_DIVISIONS + 1)
     )
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'font-family="sans-serif" font-size="11">'
+        f"{y_ticks}"
         f'<rect x="{left}" y="{top}" width="{inner_w}" height="{inner_h}" fill="none" '
         'stroke="#999"/>'
-        f"{polyline(itls, itl_top, '#1f77b4')}{polyline(rates, rate_top, '#2ca02c')}{ticks}"
-        f'<text x="{left}" y="{top - 4}" fill="#1f77b4">ITL p50, max {itl_top:.0f} ms</text>'
-        f'<text x="{width - right}" y="{top - 4}" text-anchor="end" fill="#2ca02c">'
-        f"output tok/s, max {rate_top:.0f}</text>"
+        f"{polyline(itls, itl_top, '#1f77b4')}{polyline(rates, rate_top, '#2ca02c')}"
+        f"{x_ticks}"
+        f'<text class="itl-title" x="{left}" y="{top - 10}" fill="#1f77b4">ITL p50 (ms), '
+        f"measured max {max(itls):.1f}</text>"
+        f'<text class="rate-title" x="{width - right}" y="{top - 10}" text-anchor="end" '
+        f'fill="#2ca02c">output tok/s, measured max {max(rates):.1f}</text>'
         f'<text x="{left + inner_w / 2:.0f}" y="{height - 4}" text-anchor="middle">'
         "sequences in flight</text></svg>"
     )

@@ -58,12 +58,9 @@ from custom_components.llm_lanes.core.availability import (
 )
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
-from custom_components.llm_lanes.core.pool import (
-    PoolMember,
-    PoolSettings,
-    PoolSubmission,
-    ServerPool,
-)
+from custom_components.llm_lanes.core.pool import ServerPool
+from custom_components.llm_lanes.core.pool_journey import PoolSubmission
+from custom_components.llm_lanes.core.pool_members import PoolMember, PoolSettings
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.router import ANY_MODEL, Capabilities
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, PoolSnapshot

@@ -52,37 +52,23 @@ usual (an attempt abandoned on a failing server is an error there).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 import contextlib
-from dataclasses import dataclass, field, replace
 import itertools
 import logging
 import time
-from typing import NotRequired, TypedDict, Unpack
+from typing import Unpack
 
-from custom_components.llm_lanes.core.availability import (
-    PROBE_S,
-    Availability,
-    HealthCheck,
-    PowerControl,
-    ServerState,
-)
+from custom_components.llm_lanes.core.availability import ServerState
 from custom_components.llm_lanes.core.errors import (
     REFUSALS,
-    AuthError,
-    BackendConnectionError,
     BackendHTTPError,
-    BackendTimeoutError,
     LanesError,
     LimitExceededError,
-    MalformedStreamError,
-    ModelNotFoundError,
     NoServerError,
-    QueueFullError,
     SchedulerClosedError,
     ServerBusyError,
     StreamClosedError,
-    ToolsUnsupportedError,
     WakeTimeoutError,
 )
 from custom_components.llm_lanes.core.lanes import LANES, Lane
@@ -94,25 +80,28 @@ from custom_components.llm_lanes.core.model import (
     StreamChunk,
     TokenUsage,
 )
+from custom_components.llm_lanes.core.pool_journey import (
+    MOVE_AND_MARK_DOWN,
+    MOVE_ON,
+    Journey,
+    PoolSubmission,
+)
+from custom_components.llm_lanes.core.pool_members import (
+    Listener,
+    Member,
+    PoolMember,
+    PoolSettings,
+    check_members,
+    noting_activity,
+)
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.router import (
     ANY_MODEL,
-    DEFAULT_MARGIN,
-    DEFAULT_MARGIN_S,
-    DEFAULT_PREFILL_TOK_S,
-    Candidate,
-    Capabilities,
     Estimate,
-    Observed,
     PromptShape,
-    RecentPrefixes,
     Router,
 )
-from custom_components.llm_lanes.core.scheduler import (
-    PREPARE_HOLD_S,
-    Scheduler,
-    Submission,
-)
+from custom_components.llm_lanes.core.scheduler import PREPARE_HOLD_S, Submission
 from custom_components.llm_lanes.core.snapshot import (
     FinishedRequest,
     GenerateResult,
@@ -121,256 +110,6 @@ from custom_components.llm_lanes.core.snapshot import (
 )
 
 _LOGGER = logging.getLogger(__name__)
-
-type Listener = Callable[[FinishedRequest], None]
-
-URGENT_STALL_S = 5.0
-"""An urgent request whose server sends no token for this long moves to the next server."""
-
-_MOVE_AND_MARK_DOWN: tuple[type[Exception], ...] = (
-    BackendConnectionError,
-    BackendTimeoutError,
-    StreamClosedError,
-    AuthError,
-    SchedulerClosedError,
-)
-"""Failures of the server itself: the request moves on and the server is down until it answers."""
-_MOVE_ON: tuple[type[Exception], ...] = (
-    ServerBusyError,
-    QueueFullError,
-    ModelNotFoundError,
-    ToolsUnsupportedError,
-    MalformedStreamError,
-    TimeoutError,
-)
-"""Failures another server may not have (busy, full, a model or feature it lacks, a stall)."""
-
-
-class PoolSubmission(TypedDict):
-    """What a caller says of a request besides the request itself (``Scheduler``'s, and more)."""
-
-    lane: Lane
-    requester: str
-    prompt_tokens: NotRequired[int | None]
-    deadline_s: NotRequired[float | None]
-    server: NotRequired[str | None]
-    """Run on this server only (no failover); None: wherever the pool routes it."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolMember:
-    """One server of a pool, as it is configured."""
-
-    name: str
-    scheduler: Scheduler
-    """Its scheduler, built with the pool's quota ledger."""
-    health: HealthCheck
-    """Whether it answers now (``availability.answers(backend)``: it lists its models)."""
-    capabilities: Capabilities = field(default_factory=Capabilities)
-    power: PowerControl = field(default_factory=PowerControl)
-    state: ServerState = ServerState.UP
-    """Its state when the pool starts."""
-    prefill_tok_s: float = DEFAULT_PREFILL_TOK_S
-    """The prefill speed assumed until one is learned."""
-    cached_prefixes: int | None = None
-    """Prompt prefixes its cache is taken to hold where its slots are not known (None: twice
-    its max sequences)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolSettings:
-    """How a pool routes."""
-
-    routes: Mapping[Lane, tuple[str, ...]] = field(default_factory=dict)
-    """Per lane, the servers that may serve it, most preferred first."""
-    margin: float = DEFAULT_MARGIN
-    margin_s: float = DEFAULT_MARGIN_S
-    """How much faster another server must be expected to be for a request to leave its
-    incumbent (``router.Router``)."""
-    urgent_stall_s: float = URGENT_STALL_S
-    probe_s: float = PROBE_S
-    """How often a server that is down or waking is asked whether it answers."""
-
-
-class _Member:
-    """A member at run time: its configuration, state and what the router knows of it."""
-
-    __slots__ = (
-        "availability",
-        "candidate",
-        "config",
-        "failures_total",
-        "name",
-        "resumed_total",
-        "scheduler",
-        "served_total",
-    )
-
-    def __init__(
-        self,
-        config: PoolMember,
-        settings: PoolSettings,
-        clock: Callable[[], float],
-        clock_rate: float,
-    ) -> None:
-        self.config = config
-        self.name = config.name
-        self.scheduler = config.scheduler
-        load = config.scheduler.load
-        self.candidate = Candidate(
-            name=config.name,
-            load=load,
-            capabilities=config.capabilities,
-            observed=Observed(config.prefill_tok_s),
-            recent=RecentPrefixes(
-                config.cached_prefixes
-                if config.cached_prefixes is not None
-                else 2 * max(load.settings.max_sequences, 1)
-            ),
-        )
-        self.availability = Availability(
-            config.name,
-            health=config.health,
-            power=config.power,
-            busy=lambda: load.busy,
-            clock=clock,
-            clock_rate=clock_rate,
-            probe_s=settings.probe_s,
-            state=config.state,
-        )
-        self.served_total = 0
-        self.failures_total = 0
-        self.resumed_total = 0
-
-
-class _Journey:
-    """One pool request, from its arrival to its end, across the servers it ran on."""
-
-    __slots__ = (
-        "arrived_at",
-        "attempts",
-        "deadline_s",
-        "expected_ttft_s",
-        "failed",
-        "failovers",
-        "first_token_at",
-        "gaps",
-        "lane",
-        "last_token_at",
-        "max_tokens",
-        "output_tokens",
-        "parts",
-        "path",
-        "prompt_tokens",
-        "records",
-        "request",
-        "requester",
-        "resumed_on",
-        "seq",
-        "server",
-        "shape",
-        "sink",
-        "submitted_at",
-        "tool_calls_sent",
-        "tried",
-    )
-
-    def __init__(
-        self,
-        seq: int,
-        request: ChatRequest,
-        how: PoolSubmission,
-        *,
-        shape: PromptShape,
-        now: float,
-        sink: list[FinishedRequest] | None,
-    ) -> None:
-        self.seq = seq
-        self.request = request
-        self.lane = how["lane"]
-        self.requester = how["requester"]
-        self.prompt_tokens = how.get("prompt_tokens")
-        self.deadline_s = how.get("deadline_s")
-        self.server = how.get("server")
-        self.shape = shape
-        self.sink = sink
-        self.arrived_at = now
-        self.submitted_at = now
-        """When the latest attempt was sent to its server's scheduler."""
-        self.max_tokens: int | None = request.max_tokens
-        self.tried: set[str] = set()
-        self.expected_ttft_s = 0.0
-        """What the router expected of the current attempt's first token."""
-        self.failed: Exception | None = None
-        """The latest failure that moved it on (raised if no server is left)."""
-        self.failovers = 0
-        self.resumed_on: str | None = None
-        self.parts: list[str] = []
-        self.output_tokens = 0
-        self.tool_calls_sent = False
-        self.first_token_at: float | None = None
-        self.last_token_at: float | None = None
-        self.gaps: list[float] = []
-        self.records: list[tuple[str, FinishedRequest]] = []
-        """(server, record) of every attempt that reached a member's scheduler."""
-        self.path: list[str] = []
-        """The server of every attempt, in order."""
-        self.attempts: list[FinishedRequest] = []
-        """Where the current attempt's scheduler puts its record (``ServerPool.is_attempt``)."""
-
-    def attempt(self, member: _Member) -> ChatRequest | None:
-        """Return what the next attempt sends to ``member``; None when no output is left to make."""
-        request = self.request
-        model = member.candidate.capabilities.model_for(request)
-        assert model is not None  # the router only offers servers that serve it
-        if self.max_tokens is None:
-            limits = member.scheduler.settings.lanes[self.lane]
-            self.max_tokens = limits.default_output_tokens
-        if not self.parts:
-            return replace(request, model=model, max_tokens=self.max_tokens)
-        remaining = self.max_tokens - self.output_tokens
-        if remaining <= 0:
-            return None
-        return replace(
-            request,
-            model=model,
-            assistant_prefix=request.assistant_prefix + "".join(self.parts),
-            max_tokens=remaining,
-        )
-
-    def took(self, chunk: StreamChunk, now: float) -> None:
-        """Note a chunk handed to the caller."""
-        self.output_tokens += chunk.output_tokens
-        if chunk.text:
-            self.parts.append(chunk.text)
-        if chunk.tool_calls:
-            self.tool_calls_sent = True
-        if chunk.output_tokens or chunk.text or chunk.tool_calls:
-            if self.first_token_at is None:
-                self.first_token_at = now
-            elif self.last_token_at is not None:
-                self.gaps.append(now - self.last_token_at)
-            self.last_token_at = now
-
-    def final(self, chunk: StreamChunk, attempt_output: int) -> StreamChunk:
-        """Return the last chunk for the caller, its usage the whole request's (resumed or not)."""
-        if self.resumed_on is None:
-            return chunk
-        usage = chunk.usage
-        before = self.output_tokens - attempt_output
-        output = (
-            before + usage.output_tokens
-            if usage is not None and usage.source == "server"
-            else self.output_tokens
-        )
-        return replace(
-            chunk,
-            usage=TokenUsage(
-                self.records[0][1].prompt_tokens if self.records else self.shape.tokens,
-                output,
-                usage.source if usage is not None else "estimate",
-            ),
-        )
 
 
 class ServerPool:
@@ -395,24 +134,24 @@ class ServerPool:
         self._settings = settings
         self.quotas = quotas
         """The household's ledger of tokens per requester (shared by the member schedulers)."""
-        _check_members(members, settings)
-        self._members: dict[str, _Member] = {}
+        check_members(members, settings)
+        self._members: dict[str, Member] = {}
         self._removers: dict[str, Callable[[], None]] = {}
         for config in members:
             self._join(config)
         self._router = Router(margin=settings.margin, margin_s=settings.margin_s)
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._live: dict[int, _Journey] = {}
+        self._live: dict[int, Journey] = {}
         self._requests_total = 0
         self._failovers_total = 0
         self._closed = False
 
     def _join(self, config: PoolMember) -> None:
-        member = _Member(config, self._settings, self._clock, self._clock_rate)
+        member = Member(config, self._settings, self._clock, self._clock_rate)
         self._members[config.name] = member
         self._removers[config.name] = config.scheduler.add_listener(
-            _noting_activity(member.availability)
+            noting_activity(member.availability)
         )
 
     # --- public API ------------------------------------------------------------------------------
@@ -461,7 +200,7 @@ class ServerPool:
         members only (ValueError otherwise, and nothing changes).
         """
         settings = settings if settings is not None else self._settings
-        _check_members(members, settings)
+        check_members(members, settings)
         self._settings = settings
         self._router.margin, self._router.margin_s = settings.margin, settings.margin_s
         leaving = [
@@ -629,7 +368,7 @@ class ServerPool:
         sink: list[FinishedRequest] | None,
     ) -> AsyncGenerator[StreamChunk]:
         """Route the request, stream it, and move it to another server when one fails."""
-        journey = _Journey(
+        journey = Journey(
             next(self._seq),
             request,
             how,
@@ -638,7 +377,7 @@ class ServerPool:
             sink=sink,
         )
         self._live[journey.seq] = journey
-        member: _Member | None = None
+        member: Member | None = None
         outcome, error = "cancelled", None
         try:
             self._check_open()
@@ -690,8 +429,8 @@ class ServerPool:
     async def _next(
         self,
         chunks: AsyncIterator[StreamChunk],
-        journey: _Journey,
-        member: _Member,
+        journey: Journey,
+        member: Member,
         *,
         first: bool,
     ) -> StreamChunk:
@@ -726,7 +465,7 @@ class ServerPool:
                 "the scheduler ended the stream before it said it was done"
             ) from None
 
-    def _alternative(self, journey: _Journey, member: _Member) -> bool:
+    def _alternative(self, journey: Journey, member: Member) -> bool:
         """Whether another server the request may move to is up."""
         if journey.server is not None:
             return False
@@ -738,7 +477,7 @@ class ServerPool:
             for name in self.route(journey.lane)
         )
 
-    def _submission(self, journey: _Journey) -> Submission:
+    def _submission(self, journey: Journey) -> Submission:
         """Return what the next attempt tells its server's scheduler besides the request."""
         prompt = (
             journey.prompt_tokens
@@ -758,19 +497,19 @@ class ServerPool:
         }
 
     def _failed(
-        self, member: _Member, journey: _Journey, failure: Exception | None
+        self, member: Member, journey: Journey, failure: Exception | None
     ) -> None:
         """Judge an attempt that failed on ``member``: mark it, raise unless another may go on."""
         if failure is None:
             failure = StreamClosedError("the server's stream ended without an answer")
-        marks_down = isinstance(failure, _MOVE_AND_MARK_DOWN) or (
+        marks_down = isinstance(failure, MOVE_AND_MARK_DOWN) or (
             isinstance(failure, BackendHTTPError)
             and failure.status >= 500
             and not isinstance(failure, ServerBusyError)
         )
         if marks_down:
             member.availability.failed()
-        movable = marks_down or isinstance(failure, _MOVE_ON)
+        movable = marks_down or isinstance(failure, MOVE_ON)
         if (
             not movable
             or self._closed
@@ -790,12 +529,12 @@ class ServerPool:
 
     # --- placement -------------------------------------------------------------------------------
 
-    async def _place(self, journey: _Journey, previous: _Member | None) -> _Member:
+    async def _place(self, journey: Journey, previous: Member | None) -> Member:
         """Return the server of the next attempt: routed among those up, else woken; or raise."""
         lane = journey.lane
         names = (journey.server,) if journey.server is not None else self.route(lane)
         while True:
-            able: list[_Member] = []
+            able: list[Member] = []
             reasons: list[str] = []
             breaches: list[LimitExceededError] = []
             for name in names:
@@ -864,7 +603,7 @@ class ServerPool:
         return member
 
     def _nothing_left(
-        self, journey: _Journey, reasons: list[str], previous: _Member | None
+        self, journey: Journey, reasons: list[str], previous: Member | None
     ) -> LanesError:
         """Return the error of a request no server is left for."""
         if isinstance(journey.failed, LanesError):
@@ -880,7 +619,7 @@ class ServerPool:
         )
 
     def _refusal(
-        self, member: _Member, request: ChatRequest, shape: PromptShape, lane: Lane
+        self, member: Member, request: ChatRequest, shape: PromptShape, lane: Lane
     ) -> LimitExceededError | str | None:
         """Why ``member`` cannot serve the request (None: it can)."""
         limits = member.scheduler.settings.lanes.get(lane)
@@ -896,7 +635,7 @@ class ServerPool:
             return breach
         return member.candidate.capabilities.refusal(request, shape.tokens, output)
 
-    def _preferred(self, lane: Lane, now: float) -> _Member | None:
+    def _preferred(self, lane: Lane, now: float) -> Member | None:
         """Return the server the lane's next request would go to now (short, nothing warm)."""
         probe = ChatRequest(
             model=ANY_MODEL, messages=(ChatMessage(role="user", content="?"),)
@@ -920,9 +659,9 @@ class ServerPool:
 
     def _ended(
         self,
-        member: _Member,
+        member: Member,
         records: list[FinishedRequest],
-        journey: _Journey,
+        journey: Journey,
         chunk: StreamChunk,
     ) -> None:
         """Learn from an attempt that answered to its end on ``member``."""
@@ -933,8 +672,8 @@ class ServerPool:
 
     def _finish(
         self,
-        journey: _Journey,
-        member: _Member | None,
+        journey: Journey,
+        member: Member | None,
         outcome: str,
         error: str | None,
     ) -> None:
@@ -1000,33 +739,9 @@ class ServerPool:
         if self._closed:
             raise SchedulerClosedError
 
-    def _member(self, server: str) -> _Member:
+    def _member(self, server: str) -> Member:
         """Return the member named ``server`` (KeyError: none is)."""
         member = self._members.get(server)
         if member is None:
             raise KeyError(f"the pool has no server named {server!r}")
         return member
-
-
-def _check_members(members: Sequence[PoolMember], settings: PoolSettings) -> None:
-    """Raise ValueError when two members share a name or a route names an unknown server."""
-    names: set[str] = set()
-    for config in members:
-        if config.name in names:
-            raise ValueError(f"two servers of the pool are named {config.name!r}")
-        names.add(config.name)
-    for lane, route in settings.routes.items():
-        unknown = [name for name in route if name not in names]
-        if unknown:
-            raise ValueError(
-                f"the route of the {lane.key} lane names unknown servers: {', '.join(unknown)}"
-            )
-
-
-def _noting_activity(availability: Availability) -> Listener:
-    """Return a member scheduler's listener: each request that ends there is activity."""
-
-    def note(_record: FinishedRequest) -> None:
-        availability.activity()
-
-    return note

@@ -52,39 +52,27 @@ usual (an attempt abandoned on a failing server is an error there).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 import contextlib
+from functools import partial
 import itertools
 import logging
 import time
 from typing import Unpack
 
 from custom_components.llm_lanes.core.availability import ServerState
-from custom_components.llm_lanes.core.errors import (
-    REFUSALS,
-    BackendHTTPError,
-    LanesError,
-    LimitExceededError,
-    NoServerError,
-    SchedulerClosedError,
-    ServerBusyError,
-    StreamClosedError,
-    WakeTimeoutError,
-)
+from custom_components.llm_lanes.core.errors import REFUSALS, SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import LANES, Lane
-from custom_components.llm_lanes.core.metrics import request_itl_p95
 from custom_components.llm_lanes.core.model import (
     Answer,
-    ChatMessage,
     ChatRequest,
     StreamChunk,
     TokenUsage,
 )
 from custom_components.llm_lanes.core.pool_journey import (
-    MOVE_AND_MARK_DOWN,
-    MOVE_ON,
     Journey,
     PoolSubmission,
+    next_chunk,
 )
 from custom_components.llm_lanes.core.pool_members import (
     Listener,
@@ -94,14 +82,10 @@ from custom_components.llm_lanes.core.pool_members import (
     check_members,
     noting_activity,
 )
+from custom_components.llm_lanes.core.pool_placement import Placement
 from custom_components.llm_lanes.core.quotas import QuotaLedger
-from custom_components.llm_lanes.core.router import (
-    ANY_MODEL,
-    Estimate,
-    PromptShape,
-    Router,
-)
-from custom_components.llm_lanes.core.scheduler import PREPARE_HOLD_S, Submission
+from custom_components.llm_lanes.core.router import Estimate
+from custom_components.llm_lanes.core.scheduler import PREPARE_HOLD_S
 from custom_components.llm_lanes.core.snapshot import (
     FinishedRequest,
     GenerateResult,
@@ -131,15 +115,14 @@ class ServerPool:
         settings = settings if settings is not None else PoolSettings()
         self._clock = clock if clock is not None else time.monotonic
         self._clock_rate = clock_rate
-        self._settings = settings
         self.quotas = quotas
         """The household's ledger of tokens per requester (shared by the member schedulers)."""
         check_members(members, settings)
         self._members: dict[str, Member] = {}
+        self._placement = Placement(self._members, settings, self._clock)
         self._removers: dict[str, Callable[[], None]] = {}
         for config in members:
             self._join(config)
-        self._router = Router(margin=settings.margin, margin_s=settings.margin_s)
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
         self._live: dict[int, Journey] = {}
@@ -148,7 +131,7 @@ class ServerPool:
         self._closed = False
 
     def _join(self, config: PoolMember) -> None:
-        member = Member(config, self._settings, self._clock, self._clock_rate)
+        member = Member(config, self.settings, self._clock, self._clock_rate)
         self._members[config.name] = member
         self._removers[config.name] = config.scheduler.add_listener(
             noting_activity(member.availability)
@@ -159,7 +142,7 @@ class ServerPool:
     @property
     def settings(self) -> PoolSettings:
         """How the pool routes."""
-        return self._settings
+        return self._placement.settings
 
     def state(self, server: str) -> ServerState:
         """Return the state of one server."""
@@ -174,8 +157,7 @@ class ServerPool:
 
         A lane the routes leave out may use every member; one routed to none, none.
         """
-        names = self._settings.routes.get(lane)
-        return names if names is not None else tuple(self._members)
+        return self._placement.route(lane)
 
     def add_listener(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` once for every request that leaves the pool; return a remover."""
@@ -199,10 +181,9 @@ class ServerPool:
         scheduler closes under it. ``settings`` None keeps the current ones. Routes must name
         members only (ValueError otherwise, and nothing changes).
         """
-        settings = settings if settings is not None else self._settings
+        settings = settings if settings is not None else self.settings
         check_members(members, settings)
-        self._settings = settings
-        self._router.margin, self._router.margin_s = settings.margin, settings.margin_s
+        self._placement.configure(settings)
         leaving = [
             name
             for name, member in self._members.items()
@@ -290,7 +271,7 @@ class ServerPool:
         if not lane.urgent or self._closed:
             return
         now = self._clock()
-        chosen = self._preferred(lane, now)
+        chosen = self._placement.preferred(lane, now)
         for name in self.route(lane):
             member = self._members[name]
             if member is chosen:
@@ -317,7 +298,11 @@ class ServerPool:
                 for name, member in self._members.items()
             },
             preferred={
-                lane: (chosen.name if (chosen := self._preferred(lane, now)) else None)
+                lane: (
+                    chosen.name
+                    if (chosen := self._placement.preferred(lane, now))
+                    else None
+                )
                 for lane in LANES
             },
             requests_total=self._requests_total,
@@ -332,23 +317,7 @@ class ServerPool:
 
         Routing's decision, as ``stream`` takes it (the conversation's incumbent is updated).
         """
-        shape = self._router.shape(request, prompt_tokens)
-        output = request.max_tokens
-        up = [
-            member
-            for name in self.route(lane)
-            if (member := self._members[name]).availability.state is ServerState.UP
-            and self._refusal(member, request, shape, lane) is None
-        ]
-        if not up:
-            return None
-        return self._router.choose(
-            [member.candidate for member in up],
-            shape,
-            lane,
-            output if output is not None else lane.defaults.default_output_tokens,
-            self._clock(),
-        )
+        return self._placement.estimate(request, lane, prompt_tokens)
 
     async def close(self) -> None:
         """Stop probing, waking and sleeping; refuse new requests. Running ones go on, without failover."""
@@ -372,7 +341,7 @@ class ServerPool:
             next(self._seq),
             request,
             how,
-            shape=self._router.shape(request, how.get("prompt_tokens")),
+            shape=self._placement.router.shape(request, how.get("prompt_tokens")),
             now=self._clock(),
             sink=sink,
         )
@@ -382,7 +351,10 @@ class ServerPool:
         try:
             self._check_open()
             while True:
-                member = await self._place(journey, member)
+                chosen = await self._placement.next_server(journey, member)
+                if journey.went_to(chosen, member):
+                    self._failovers_total += 1
+                member = chosen
                 attempt = journey.attempt(member)
                 if attempt is None:
                     outcome = "ok"
@@ -396,19 +368,25 @@ class ServerPool:
                 journey.submitted_at = self._clock()
                 async with contextlib.aclosing(
                     member.scheduler.stream(
-                        attempt, records, **self._submission(journey)
+                        attempt, records, **journey.submission(self._clock())
                     )
                 ) as chunks:
                     while True:
                         try:
-                            chunk = await self._next(
-                                chunks, journey, member, first=not received
+                            chunk = await next_chunk(
+                                chunks,
+                                journey,
+                                first=not received,
+                                stall_s=self.settings.urgent_stall_s,
+                                alternative=partial(
+                                    self._placement.alternative, journey, member
+                                ),
                             )
                         except Exception as err:  # noqa: BLE001 - judged below, raised or passed on
                             failure = err
                             break
                         if chunk.done:
-                            self._ended(member, records, journey, chunk)
+                            journey.ended(member, records, chunk)
                             outcome = "ok"
                             yield journey.final(chunk, attempt_output)
                             return
@@ -417,7 +395,7 @@ class ServerPool:
                         journey.took(chunk, self._clock())
                         yield chunk
                 journey.records.extend((member.name, record) for record in records)
-                self._failed(member, journey, failure)
+                journey.failed_on(member, failure, closed=self._closed)
         except Exception as err:
             outcome, error = "error", type(err).__name__
             if isinstance(err, REFUSALS):
@@ -425,250 +403,6 @@ class ServerPool:
             raise
         finally:
             self._finish(journey, member, outcome, error)
-
-    async def _next(
-        self,
-        chunks: AsyncIterator[StreamChunk],
-        journey: Journey,
-        member: Member,
-        *,
-        first: bool,
-    ) -> StreamChunk:
-        """Return the next chunk of an attempt; an urgent lane's stall raises TimeoutError.
-
-        An urgent request stalls when its server sends nothing for ``urgent_stall_s`` beyond the
-        first token the router expected, or between two chunks, while another server that may
-        serve it is up; with none up it keeps waiting here, and looks again every
-        ``urgent_stall_s``.
-        """
-        try:
-            if not journey.lane.urgent:
-                return await anext(chunks)
-            limit = self._settings.urgent_stall_s
-            if first:
-                limit += journey.expected_ttft_s
-            pending = asyncio.ensure_future(anext(chunks))
-            try:
-                while True:
-                    done, _ = await asyncio.wait((pending,), timeout=limit)
-                    if done:
-                        return pending.result()
-                    if self._alternative(journey, member):
-                        raise TimeoutError
-                    limit = self._settings.urgent_stall_s
-            finally:
-                if not pending.done():
-                    pending.cancel()
-                    await asyncio.wait((pending,))
-        except StopAsyncIteration:
-            raise StreamClosedError(
-                "the scheduler ended the stream before it said it was done"
-            ) from None
-
-    def _alternative(self, journey: Journey, member: Member) -> bool:
-        """Whether another server the request may move to is up."""
-        if journey.server is not None:
-            return False
-        members = self._members
-        return any(
-            name != member.name
-            and name not in journey.tried
-            and members[name].availability.state is ServerState.UP
-            for name in self.route(journey.lane)
-        )
-
-    def _submission(self, journey: Journey) -> Submission:
-        """Return what the next attempt tells its server's scheduler besides the request."""
-        prompt = (
-            journey.prompt_tokens
-            if journey.prompt_tokens is not None
-            else journey.shape.tokens  # the scheduler's own estimate, worked out once
-        )
-        if journey.parts:
-            prompt += journey.output_tokens  # the kept output is prompt now
-        deadline = journey.deadline_s
-        if deadline is not None:
-            deadline = max(0.0, deadline - (self._clock() - journey.arrived_at))
-        return {
-            "lane": journey.lane,
-            "requester": journey.requester,
-            "prompt_tokens": prompt,
-            "deadline_s": deadline,
-        }
-
-    def _failed(
-        self, member: Member, journey: Journey, failure: Exception | None
-    ) -> None:
-        """Judge an attempt that failed on ``member``: mark it, raise unless another may go on."""
-        if failure is None:
-            failure = StreamClosedError("the server's stream ended without an answer")
-        marks_down = isinstance(failure, MOVE_AND_MARK_DOWN) or (
-            isinstance(failure, BackendHTTPError)
-            and failure.status >= 500
-            and not isinstance(failure, ServerBusyError)
-        )
-        if marks_down:
-            member.availability.failed()
-        movable = marks_down or isinstance(failure, MOVE_ON)
-        if (
-            not movable
-            or self._closed
-            or journey.server is not None
-            or journey.tool_calls_sent
-        ):
-            raise failure
-        member.failures_total += 1
-        journey.tried.add(member.name)
-        _LOGGER.info(
-            "request %s failed on %s (%s); moving it to the next server",
-            journey.seq,
-            member.name,
-            type(failure).__name__,
-        )
-        journey.failed = failure
-
-    # --- placement -------------------------------------------------------------------------------
-
-    async def _place(self, journey: Journey, previous: Member | None) -> Member:
-        """Return the server of the next attempt: routed among those up, else woken; or raise."""
-        lane = journey.lane
-        names = (journey.server,) if journey.server is not None else self.route(lane)
-        while True:
-            able: list[Member] = []
-            reasons: list[str] = []
-            breaches: list[LimitExceededError] = []
-            for name in names:
-                if name in journey.tried:
-                    continue
-                member = self._members.get(name)
-                if member is None:
-                    raise NoServerError(
-                        lane=lane.key, reason=f"the pool has no server named {name}"
-                    )
-                refusal = self._refusal(member, journey.request, journey.shape, lane)
-                if isinstance(refusal, LimitExceededError):
-                    breaches.append(refusal)
-                    reasons.append(f"{name}: {refusal.message}")
-                elif refusal is not None:
-                    reasons.append(f"{name}: {refusal}")
-                else:
-                    able.append(member)
-            if not able:
-                if breaches and len(breaches) == len(reasons) and not journey.tried:
-                    raise breaches[0]  # the request breaks its lane's limits everywhere
-                raise self._nothing_left(journey, reasons, previous)
-            up = [m for m in able if m.availability.state is ServerState.UP]
-            if up:
-                chosen = self._router.choose(
-                    [member.candidate for member in up],
-                    journey.shape,
-                    lane,
-                    journey.max_tokens
-                    if journey.max_tokens is not None
-                    else lane.defaults.default_output_tokens,
-                    self._clock(),
-                )
-                member = self._members[chosen.server]
-                journey.expected_ttft_s = chosen.ttft_s
-                break
-            if lane.urgent:
-                raise NoServerError(
-                    lane=lane.key,
-                    reason="every server that may serve it is down or asleep",
-                )
-            sleeping = [m for m in able if m.availability.can_wake]
-            if not sleeping:
-                raise NoServerError(
-                    lane=lane.key, reason="every server that may serve it is down"
-                )
-            waking = [m for m in sleeping if m.availability.state is ServerState.WAKING]
-            member = (waking or sleeping)[0]
-            if await member.availability.awake():
-                journey.expected_ttft_s = 0.0
-                break
-            journey.tried.add(member.name)
-            journey.failed = WakeTimeoutError(
-                lane=lane.key,
-                server=member.name,
-                limit_s=member.config.power.wake_limit_s,
-            )
-        member.candidate.recent.note(journey.shape.keys)
-        journey.path.append(member.name)
-        if previous is not None and previous is not member:
-            journey.failovers += 1
-            self._failovers_total += 1
-            if journey.parts:
-                journey.resumed_on = member.name
-                member.resumed_total += 1
-        return member
-
-    def _nothing_left(
-        self, journey: Journey, reasons: list[str], previous: Member | None
-    ) -> LanesError:
-        """Return the error of a request no server is left for."""
-        if isinstance(journey.failed, LanesError):
-            return journey.failed
-        lane = journey.lane.key
-        if previous is not None or journey.tried:
-            return NoServerError(
-                lane=lane, reason="every server that may serve it failed"
-            )
-        return NoServerError(
-            lane=lane,
-            reason="; ".join(reasons) or "the pool has no server for this lane",
-        )
-
-    def _refusal(
-        self, member: Member, request: ChatRequest, shape: PromptShape, lane: Lane
-    ) -> LimitExceededError | str | None:
-        """Why ``member`` cannot serve the request (None: it can)."""
-        limits = member.scheduler.settings.lanes.get(lane)
-        if limits is None:
-            return f"it has no {lane.key} lane"
-        output = (
-            request.max_tokens
-            if request.max_tokens is not None
-            else limits.default_output_tokens
-        )
-        breach = limits.refusal(lane, prompt_tokens=shape.tokens, output_tokens=output)
-        if breach is not None:
-            return breach
-        return member.candidate.capabilities.refusal(request, shape.tokens, output)
-
-    def _preferred(self, lane: Lane, now: float) -> Member | None:
-        """Return the server the lane's next request would go to now (short, nothing warm)."""
-        probe = ChatRequest(
-            model=ANY_MODEL, messages=(ChatMessage(role="user", content="?"),)
-        )
-        shape = self._router.shape(probe, 1)
-        up = [
-            member
-            for name in self.route(lane)
-            if (member := self._members[name]).availability.state is ServerState.UP
-        ]
-        if not up:
-            return None
-        estimates = [
-            self._router.estimate(member.candidate, shape, lane, 1, now)
-            for member in up
-        ]
-        best = min(estimates, key=lambda e: e.felt_s)
-        return self._members[best.server]
-
-    # --- the end of a request ----------------------------------------------------------------------
-
-    def _ended(
-        self,
-        member: Member,
-        records: list[FinishedRequest],
-        journey: Journey,
-        chunk: StreamChunk,
-    ) -> None:
-        """Learn from an attempt that answered to its end on ``member``."""
-        journey.records.extend((member.name, record) for record in records)
-        member.served_total += 1
-        if records:
-            member.candidate.observed.learn(records[-1], chunk.usage)
 
     def _finish(
         self,
@@ -681,52 +415,7 @@ class ServerPool:
         if self._live.pop(journey.seq, None) is None:
             return
         self._requests_total += 1
-        now = self._clock()
-        last = journey.records[-1][1] if journey.records else None
-        lane = last.lane if last is not None else journey.lane
-        limits = (
-            member.scheduler.settings.lanes[lane]
-            if member is not None and lane in member.scheduler.settings.lanes
-            else lane.defaults
-        )
-        ttft = (
-            None
-            if journey.first_token_at is None
-            else journey.first_token_at - journey.arrived_at
-        )
-        itl_p95 = request_itl_p95(journey.gaps)
-        queue_wait = (
-            journey.submitted_at - journey.arrived_at + last.queue_wait_s
-            if last is not None
-            else now - journey.arrived_at
-        )
-        record = FinishedRequest(
-            request_id=f"pool-{journey.seq}",
-            lane=lane,
-            requester=journey.requester,
-            outcome=outcome,
-            error=error,
-            queue_wait_s=queue_wait,
-            ttft_s=ttft,
-            itl_p95_s=itl_p95,
-            itl_max_s=max(journey.gaps) if journey.gaps else None,
-            e2e_s=now - journey.arrived_at,
-            prompt_tokens=journey.records[0][1].prompt_tokens
-            if journey.records
-            else journey.shape.tokens,
-            output_tokens=journey.output_tokens
-            if journey.resumed_on is not None or last is None
-            else last.output_tokens,
-            token_source=last.token_source if last is not None else "estimate",
-            preemptions=sum(r.preemptions for _, r in journey.records),
-            met_ttft=ttft is not None and ttft <= limits.ttft_slo_s,
-            met_itl=outcome != "rejected"
-            and (itl_p95 is None or itl_p95 <= limits.itl_slo_s),
-            server=member.name if member is not None else None,
-            failovers=journey.failovers,
-            resumed_on=journey.resumed_on,
-            path=tuple(journey.path),
-        )
+        record = journey.record(member, outcome, error, self._clock())
         if journey.sink is not None:
             journey.sink.append(record)
         for listener in tuple(self._listeners):

@@ -6,8 +6,9 @@ from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockUser
 
 from custom_components.llm_lanes.coordinator import model_is_loaded
-from custom_components.llm_lanes.core.backends.base import ServerInfo, ServerMetrics
+from custom_components.llm_lanes.core.backends.base import ServerInfo
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.requesters import (
     JOBS_REQUESTER,
     OTHER_REQUESTER,

@@ -38,12 +38,9 @@ from custom_components.llm_lanes.const import (
     LOGGER,
     SERVER_POLL_INTERVAL,
 )
-from custom_components.llm_lanes.core.backends.base import (
-    Backend,
-    ServerInfo,
-    ServerMetrics,
-)
+from custom_components.llm_lanes.core.backends.base import Backend, ServerInfo
 from custom_components.llm_lanes.core.backends.kinds import server_profile
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import (
     AuthError,
     BackendConnectionError,

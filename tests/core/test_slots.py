@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, ToolSpec
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.slots import (
     CANCEL_SETTLE_S,
-    PrefixKeys,
     SlotTable,
     prefix_keys,
 )

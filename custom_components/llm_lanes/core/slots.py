@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatRequest
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 if TYPE_CHECKING:
@@ -41,16 +42,6 @@ CANCEL_SETTLE_S = 0.25
 """How long a slot freed by a cancellation is taken only when no other slot is free."""
 URGENT_PREFIX_MEMORY_S = 600.0
 """How long a prefix an urgent request used keeps its first claim on warm slots."""
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixKeys:
-    """Digests of the parts of a prompt that recur: the stable prefix and the conversation."""
-
-    stable: str | None
-    """System messages and tool schemas (the Assist prompt); None when the request has none."""
-    conversation: str | None
-    """The stable prefix plus the conversation's first user message (a chat's later turns)."""
 
 
 def prefix_keys(request: ChatRequest) -> PrefixKeys:

@@ -33,8 +33,8 @@ from custom_components.llm_lanes.const import (
     OPT_NIGHTLY_START,
     OPT_PREFILL_GUARD,
 )
-from custom_components.llm_lanes.coordinator import ServedModel
 from custom_components.llm_lanes.jobs.recalibration import CHECK_INTERVAL
+from custom_components.llm_lanes.served_model import ServedModel
 from tools.simulator.server import SimulatedServer
 
 from .support.entities import async_set_options

@@ -36,11 +36,12 @@ from custom_components.llm_lanes.const import (
     OPT_PREFILL_BUDGET,
     OPT_PREFILL_GUARD,
 )
-from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, ServedModel
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.bench.calibrate import calibrate
 from custom_components.llm_lanes.core.bench.curve import svg_plot
 from custom_components.llm_lanes.core.bench.workload import load_scenario
 from custom_components.llm_lanes.error_translation import translated_errors
+from custom_components.llm_lanes.served_model import ServedModel
 
 STORAGE_VERSION: Final = 1
 APPLIED_SETTINGS: Final = {

@@ -18,7 +18,7 @@ more slowly when idle (so windowed rates decay to zero and newly started request
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -39,7 +39,6 @@ from custom_components.llm_lanes.const import (
     SERVER_POLL_INTERVAL,
 )
 from custom_components.llm_lanes.core.backends.base import Backend, ServerInfo
-from custom_components.llm_lanes.core.backends.kinds import server_profile
 from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import (
     AuthError,
@@ -51,7 +50,13 @@ from custom_components.llm_lanes.core.errors import (
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, SchedulerSnapshot
 from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.request_events import request_finished_event_data
 from custom_components.llm_lanes.requesters import RequesterRegistry
+from custom_components.llm_lanes.served_model import (
+    ServedModel,
+    model_is_loaded,
+    variant_of,
+)
 
 if TYPE_CHECKING:
     from custom_components.llm_lanes.calibration import Calibration
@@ -126,71 +131,6 @@ class PollResult:
     metrics: ServerMetrics
     model_loaded: bool
     """Whether the configured model is resident (or, where the server does not say, served)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServedModel:
-    """What the server runs the entry's model as: what a measurement of the server holds for.
-
-    A measurement (the learned batch curve, what ``run_benchmark`` applied) no longer holds once
-    another model runs, another variant of it (file, quantization), or with another context.
-    """
-
-    model: str
-    variant: str | None = None
-    """Its file, digest or quantization (``ServerInfo.model_variants``), where the server says."""
-    context_per_slot: int | None = None
-
-    def changed_from(self, before: ServedModel) -> bool:
-        """Whether this differs from ``before`` in the model, or in a fact both know."""
-        return self.model != before.model or any(
-            now is not None and then is not None and now != then
-            for now, then in (
-                (self.variant, before.variant),
-                (self.context_per_slot, before.context_per_slot),
-            )
-        )
-
-    def describe(self) -> str:
-        """Say it in a line: ``model [variant], context per slot``."""
-        variant = f" [{self.variant}]" if self.variant else ""
-        context = f", {self.context_per_slot}" if self.context_per_slot else ""
-        return f"{self.model}{variant}{context}"
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON (for the store)."""
-        return {
-            "model": self.model,
-            "variant": self.variant,
-            "context_per_slot": self.context_per_slot,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ServedModel:
-        """Read what ``as_dict`` wrote."""
-        return cls(
-            model=str(data["model"]),
-            variant=data.get("variant"),
-            context_per_slot=data.get("context_per_slot"),
-        )
-
-
-def variant_of(info: ServerInfo, model: str) -> str | None:
-    """Return what ``model`` runs as at the server (Ollama names default to ``latest``)."""
-    variants = info.model_variants
-    if model in variants:
-        return variants[model]
-    return variants.get(f"{model}:latest") if ":" not in model else None
-
-
-def model_is_loaded(model: str, info: ServerInfo, metrics: ServerMetrics) -> bool:
-    """Tell whether ``model`` is loaded, from whatever the server reports."""
-    loaded = set(info.loaded_models) | set(metrics.loaded_models)
-    if loaded or server_profile(info.kind).unloads_models:
-        # Servers that unload models list what is resident: an empty list means nothing is.
-        return model in loaded
-    # Servers that do not report residency.
-    return model in info.models
 
 
 class EntryCoordinator[DataT](DataUpdateCoordinator[DataT]):
@@ -434,40 +374,6 @@ class PollCoordinator(EntryCoordinator[PollResult]):
             reason,
             WARM_UP_RETRY_INTERVAL,
         )
-
-
-def request_finished_event_data(
-    entry_id: str | None, finished: FinishedRequest, *, pool: bool = False
-) -> dict[str, Any]:
-    """Build the data of ``llm_lanes_request_finished`` (never any prompt or answer text).
-
-    ``server`` is the entry id of the server the request ended on (that of ``entry_id``, its
-    scheduler's, unless the household's pool routed it: ``pool``; None when no server took it);
-    ``failovers`` and ``resumed_on`` say how the pool moved it.
-    """
-    return {
-        "config_entry_id": entry_id,
-        "server": finished.server if pool else entry_id,
-        "pool": pool,
-        "failovers": finished.failovers,
-        "resumed_on": finished.resumed_on,
-        "request_id": finished.request_id,
-        "lane": finished.lane.key,
-        "requester": finished.requester,
-        "outcome": finished.outcome,
-        "error": finished.error,
-        "queue_wait_s": finished.queue_wait_s,
-        "ttft_s": finished.ttft_s,
-        "itl_p95_s": finished.itl_p95_s,
-        "e2e_s": finished.e2e_s,
-        "prompt_tokens": finished.prompt_tokens,
-        "output_tokens": finished.output_tokens,
-        "token_source": finished.token_source,
-        "preemptions": finished.preemptions,
-        "met_ttft": finished.met_ttft,
-        "met_itl": finished.met_itl,
-        "met_objectives": finished.met_objectives,
-    }
 
 
 class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):

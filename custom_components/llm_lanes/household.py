@@ -46,10 +46,7 @@ from custom_components.llm_lanes.const import (
     EVENT_REQUEST_FINISHED,
     LOGGER,
 )
-from custom_components.llm_lanes.coordinator import (
-    LLMLanesConfigEntry,
-    request_finished_event_data,
-)
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.availability import (
     Action,
     PowerControl,
@@ -71,6 +68,7 @@ from custom_components.llm_lanes.repairs import (
     async_clear_pool_lane_issue,
     async_raise_pool_lane_issue,
 )
+from custom_components.llm_lanes.request_events import request_finished_event_data
 from custom_components.llm_lanes.settings_options import (
     PoolOptions,
     pool_options,

@@ -21,10 +21,10 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
-from custom_components.llm_lanes.calibration import (
+from custom_components.llm_lanes.calibration import stale_issue_id
+from custom_components.llm_lanes.calibration_record import (
     Calibration,
     CalibrationRecord,
-    stale_issue_id,
 )
 from custom_components.llm_lanes.const import (
     DOMAIN,

@@ -59,7 +59,7 @@ from custom_components.llm_lanes.served_model import (
 )
 
 if TYPE_CHECKING:
-    from custom_components.llm_lanes.calibration import Calibration
+    from custom_components.llm_lanes.calibration_record import Calibration
     from custom_components.llm_lanes.jobs.recalibration import NightlyRecalibration
 
 

@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
@@ -31,6 +31,7 @@ from homeassistant.helpers.event import async_call_later
 from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, UpdateFailed
 from homeassistant.util import dt as dt_util
 
+from custom_components.llm_lanes.calibration_record import Calibration
 from custom_components.llm_lanes.const import (
     CONF_MODEL,
     DOMAIN,
@@ -58,9 +59,15 @@ from custom_components.llm_lanes.served_model import (
     variant_of,
 )
 
-if TYPE_CHECKING:
-    from custom_components.llm_lanes.calibration_record import Calibration
-    from custom_components.llm_lanes.jobs.recalibration import NightlyRecalibration
+
+class Recalibration(Protocol):
+    """What the set-up starts with the entry: its nightly re-calibration.
+
+    ``jobs.recalibration.NightlyRecalibration``, above this module: it reads the runtime data.
+    """
+
+    def async_start(self) -> CALLBACK_TYPE:
+        """Start watching for the night's window; return what stops it."""
 
 
 @dataclass(slots=True)
@@ -79,7 +86,7 @@ class LLMLanesRuntimeData:
     """The requesters the server charges under their own id (the rest are ``other``)."""
     calibration: Calibration
     """What ``run_benchmark`` measured and applied here, kept across restarts."""
-    recalibration: NightlyRecalibration
+    recalibration: Recalibration
     """Runs the re-calibration the stale-calibration repair plans, in the night's window."""
     data: dict[str, Any]
     """The entry's data the set-up was built from (URL, key, model); a change reloads."""

@@ -42,11 +42,10 @@ from custom_components.llm_lanes.const import (
 from custom_components.llm_lanes.core.backends.base import Backend, ServerInfo
 from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import (
+    SERVER_DOWN_ERRORS,
+    SERVER_SUSPECT_ERRORS,
     AuthError,
-    BackendConnectionError,
     BackendError,
-    BackendTimeoutError,
-    StreamClosedError,
 )
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, SchedulerSnapshot
@@ -110,24 +109,6 @@ IDLE_REFRESH_INTERVAL = timedelta(seconds=10)
 """How often to take a snapshot while the scheduler is idle."""
 DOWN_POLL_INTERVAL: Final = timedelta(seconds=3)
 """How often a server that does not answer is polled: it shows as reachable this soon after."""
-
-
-def _class_names(*errors: type[Exception]) -> frozenset[str]:
-    """Name these errors and all their subclasses (a finished request names its error's class)."""
-    names: set[str] = set()
-    pending = list(errors)
-    while pending:
-        error = pending.pop()
-        names.add(error.__name__)
-        pending.extend(error.__subclasses__())
-    return frozenset(names)
-
-
-SERVER_DOWN_ERRORS: Final = _class_names(BackendConnectionError)
-"""Errors of a request that say the server is down (refused, reset before any answer)."""
-SERVER_SUSPECT_ERRORS: Final = _class_names(BackendTimeoutError, StreamClosedError)
-"""Errors of a request that a server going down gives too (timeouts, a stream cut short): the
-server is polled at once."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,7 +204,7 @@ class PollCoordinator(EntryCoordinator[PollResult]):
                 self._async_poll_now()  # it answers again
         elif finished.error in SERVER_DOWN_ERRORS:
             newly_down = self.unreachable_since is None
-            self._note_down()
+            self._note_down(f"a request failed: {finished.error}")
             self.async_set_update_error(
                 UpdateFailed(
                     translation_domain=DOMAIN,
@@ -218,14 +218,31 @@ class PollCoordinator(EntryCoordinator[PollResult]):
         elif finished.error in SERVER_SUSPECT_ERRORS:
             self._async_poll_now()
 
-    def _note_down(self) -> None:
+    def _note_down(self, reason: str) -> None:
         """Note that the server does not answer: it is polled every ``DOWN_POLL_INTERVAL``.
 
         The interval applies from the end of the poll running (or the next one) on: the
-        coordinator plans each poll as the one before ends.
+        coordinator plans each poll as the one before ends. The log says it once, at WARNING,
+        when a server that answered stops (a set-up that finds it down is Home Assistant's to
+        say, a server the pool put to sleep is no outage), then at DEBUG: the reachable sensor
+        and the repair say it meanwhile.
         """
-        if self.unreachable_since is None:
+        newly_down = self.unreachable_since is None
+        if newly_down:
             self.unreachable_since = dt_util.utcnow()
+        runtime = getattr(self.config_entry, "runtime_data", None)  # None during set-up
+        asleep = runtime is not None and runtime.sleeps()
+        log = (
+            LOGGER.warning
+            if newly_down and self.data is not None and not asleep
+            else LOGGER.debug
+        )
+        log(
+            "%s does not answer (%s); polling it every %s until it does",
+            self.config_entry.title,
+            reason,
+            DOWN_POLL_INTERVAL,
+        )
         self.update_interval = DOWN_POLL_INTERVAL
 
     def _note_up(self) -> None:
@@ -254,7 +271,9 @@ class PollCoordinator(EntryCoordinator[PollResult]):
                 translation_domain=DOMAIN, translation_key="invalid_auth"
             ) from err
         except BackendError as err:
-            self._note_down()
+            self._note_down(str(err))
+            # Said above: the coordinator would say it again, at ERROR.
+            self.last_update_success = False
             raise UpdateFailed(
                 translation_domain=DOMAIN,
                 translation_key="update_failed",

@@ -45,8 +45,13 @@ Then:
 
 Every request ends exactly once, on one server: the pool's listeners get one ``FinishedRequest``
 per request, timed from its arrival at the pool, naming the ``server`` it ended on, its
-``failovers``, the server it ``resumed_on`` and the ``path`` of its attempts. The member schedulers report each attempt as
-usual (an attempt abandoned on a failing server is an error there).
+``failovers``, the server it ``resumed_on`` and the ``path`` of its attempts. The member
+schedulers report each attempt as usual (an attempt abandoned on a failing server is an error
+there).
+
+Here: the pool's door and the run loop of a request. A member's state is ``pool_members.py``'s,
+where a request goes ``pool_placement.py``'s, a request's journey and failover
+``pool_journey.py``'s.
 """
 
 from __future__ import annotations

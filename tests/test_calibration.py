@@ -21,10 +21,10 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
-from custom_components.llm_lanes.calibration import (
+from custom_components.llm_lanes.calibration import stale_issue_id
+from custom_components.llm_lanes.calibration_record import (
     Calibration,
     CalibrationRecord,
-    stale_issue_id,
 )
 from custom_components.llm_lanes.const import (
     DOMAIN,
@@ -33,8 +33,8 @@ from custom_components.llm_lanes.const import (
     OPT_NIGHTLY_START,
     OPT_PREFILL_GUARD,
 )
-from custom_components.llm_lanes.coordinator import ServedModel
 from custom_components.llm_lanes.jobs.recalibration import CHECK_INTERVAL
+from custom_components.llm_lanes.served_model import ServedModel
 from tools.simulator.server import SimulatedServer
 
 from .support.entities import async_set_options

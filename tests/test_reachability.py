@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import timedelta
+import logging
 import time
 
 from homeassistant.const import STATE_OFF, STATE_ON
@@ -134,6 +135,80 @@ async def test_summarize_and_wait_answers_at_once_while_the_server_is_down(
         job = await manager.async_wait(second["job_id"], 60)
         assert job.status is JobStatus.DONE
         assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+def _said(caplog: pytest.LogCaptureFixture, level: int) -> list[tuple[str, str]]:
+    """Return what the integration logged at ``level`` or above."""
+    return [
+        (record.levelname, record.getMessage())
+        for record in caplog.records
+        if record.name.startswith("custom_components.llm_lanes")
+        and record.levelno >= level
+    ]
+
+
+def _down_at_debug(caplog: pytest.LogCaptureFixture) -> int:
+    """Count the DEBUG lines that say the server does not answer."""
+    return sum(
+        level == "DEBUG" and "does not answer" in message
+        for level, message in _said(caplog, logging.DEBUG)
+    )
+
+
+async def test_a_server_down_for_many_polls_is_logged_once(
+    hass: HomeAssistant,
+    sim: SimulatedServer,
+    init_integration: MockConfigEntry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Down for many polls: one WARNING, then DEBUG, never an ERROR; back: one INFO.
+
+    The reachable sensor and the repair say the server is down meanwhile: the log says it once.
+    """
+    entry = init_integration
+    port = sim.port
+    caplog.set_level(logging.DEBUG, logger="custom_components.llm_lanes")
+    await sim.stop()
+    caplog.clear()
+    await _move_on(hass, SERVER_POLL_INTERVAL)
+    for _ in range(8):
+        await _move_on(hass, DOWN_POLL_INTERVAL)
+    assert _reachable(hass, entry) == STATE_OFF
+
+    said = [(level, "does not answer" in m) for level, m in _said(caplog, logging.INFO)]
+    assert said == [("WARNING", True)]
+    assert _down_at_debug(caplog) >= 8  # every poll after the first said it, at DEBUG
+
+    caplog.clear()
+    async with SimulatedServer(replace(sim.config, port=port)):
+        for _ in range(3):
+            await _move_on(hass, DOWN_POLL_INTERVAL)
+        assert _reachable(hass, entry) == STATE_ON
+        said = [(level, "recovered" in m) for level, m in _said(caplog, logging.INFO)]
+        assert said == [("INFO", True)]
+        assert await hass.config_entries.async_unload(entry.entry_id)
+
+
+async def test_a_server_the_pool_put_to_sleep_is_no_outage_in_the_log(
+    hass: HomeAssistant,
+    sim: SimulatedServer,
+    init_integration: MockConfigEntry,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Silent because the pool has it asleep: the polls say so at DEBUG only."""
+    entry = init_integration
+    entry.runtime_data.sleeps = lambda: (
+        True
+    )  # what the household says of a server asleep
+    caplog.set_level(logging.DEBUG, logger="custom_components.llm_lanes")
+    await sim.stop()
+    caplog.clear()
+    await _move_on(hass, SERVER_POLL_INTERVAL)
+    await _move_on(hass, DOWN_POLL_INTERVAL)
+    assert _reachable(hass, entry) == STATE_OFF
+    assert _said(caplog, logging.WARNING) == []
+    assert _down_at_debug(caplog) >= 1
+    assert await hass.config_entries.async_unload(entry.entry_id)
 
 
 @pytest.mark.llamacpp

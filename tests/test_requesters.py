@@ -5,9 +5,9 @@ from __future__ import annotations
 from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockUser
 
-from custom_components.llm_lanes.coordinator import model_is_loaded
-from custom_components.llm_lanes.core.backends.base import ServerInfo, ServerMetrics
+from custom_components.llm_lanes.core.backends.base import ServerInfo
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.requesters import (
     JOBS_REQUESTER,
     OTHER_REQUESTER,
@@ -18,6 +18,7 @@ from custom_components.llm_lanes.requesters import (
     job_requester,
     requester_for_context,
 )
+from custom_components.llm_lanes.served_model import model_is_loaded
 
 
 async def test_requester_for_context(hass: HomeAssistant) -> None:

@@ -15,7 +15,8 @@ from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
 from custom_components.llm_lanes.backend_setup import build_backend
-from custom_components.llm_lanes.calibration import Calibration, async_track_calibration
+from custom_components.llm_lanes.calibration import async_track_calibration
+from custom_components.llm_lanes.calibration_record import Calibration
 from custom_components.llm_lanes.const import (
     CONF_KIND,
     CONF_MODEL,

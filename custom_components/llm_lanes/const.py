@@ -114,3 +114,5 @@ SETUP_TIMEOUT_S: Final = 10.0
 
 EVENT_REQUEST_FINISHED: Final = "llm_lanes_request_finished"
 EVENT_SUMMARY_READY: Final = "llm_lanes_summary_ready"
+UNIT_TOKENS: Final = "tokens"
+"""The unit of the token sensors (Home Assistant has none)."""

@@ -18,10 +18,10 @@ more slowly when idle (so windowed rates decay to zero and newly started request
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
@@ -31,6 +31,7 @@ from homeassistant.helpers.event import async_call_later
 from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, UpdateFailed
 from homeassistant.util import dt as dt_util
 
+from custom_components.llm_lanes.calibration_record import Calibration
 from custom_components.llm_lanes.const import (
     CONF_MODEL,
     DOMAIN,
@@ -38,27 +39,34 @@ from custom_components.llm_lanes.const import (
     LOGGER,
     SERVER_POLL_INTERVAL,
 )
-from custom_components.llm_lanes.core.backends.base import (
-    Backend,
-    ServerInfo,
-    ServerMetrics,
-)
-from custom_components.llm_lanes.core.backends.kinds import server_profile
+from custom_components.llm_lanes.core.backends.base import Backend, ServerInfo
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import (
+    SERVER_DOWN_ERRORS,
+    SERVER_SUSPECT_ERRORS,
     AuthError,
-    BackendConnectionError,
     BackendError,
-    BackendTimeoutError,
-    StreamClosedError,
 )
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, SchedulerSnapshot
 from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.request_events import request_finished_event_data
 from custom_components.llm_lanes.requesters import RequesterRegistry
+from custom_components.llm_lanes.served_model import (
+    ServedModel,
+    model_is_loaded,
+    variant_of,
+)
 
-if TYPE_CHECKING:
-    from custom_components.llm_lanes.calibration import Calibration
-    from custom_components.llm_lanes.jobs.recalibration import NightlyRecalibration
+
+class Recalibration(Protocol):
+    """What the set-up starts with the entry: its nightly re-calibration.
+
+    ``jobs.recalibration.NightlyRecalibration``, above this module: it reads the runtime data.
+    """
+
+    def async_start(self) -> CALLBACK_TYPE:
+        """Start watching for the night's window; return what stops it."""
 
 
 @dataclass(slots=True)
@@ -77,7 +85,7 @@ class LLMLanesRuntimeData:
     """The requesters the server charges under their own id (the rest are ``other``)."""
     calibration: Calibration
     """What ``run_benchmark`` measured and applied here, kept across restarts."""
-    recalibration: NightlyRecalibration
+    recalibration: Recalibration
     """Runs the re-calibration the stale-calibration repair plans, in the night's window."""
     data: dict[str, Any]
     """The entry's data the set-up was built from (URL, key, model); a change reloads."""
@@ -103,24 +111,6 @@ DOWN_POLL_INTERVAL: Final = timedelta(seconds=3)
 """How often a server that does not answer is polled: it shows as reachable this soon after."""
 
 
-def _class_names(*errors: type[Exception]) -> frozenset[str]:
-    """Name these errors and all their subclasses (a finished request names its error's class)."""
-    names: set[str] = set()
-    pending = list(errors)
-    while pending:
-        error = pending.pop()
-        names.add(error.__name__)
-        pending.extend(error.__subclasses__())
-    return frozenset(names)
-
-
-SERVER_DOWN_ERRORS: Final = _class_names(BackendConnectionError)
-"""Errors of a request that say the server is down (refused, reset before any answer)."""
-SERVER_SUSPECT_ERRORS: Final = _class_names(BackendTimeoutError, StreamClosedError)
-"""Errors of a request that a server going down gives too (timeouts, a stream cut short): the
-server is polled at once."""
-
-
 @dataclass(frozen=True, slots=True)
 class PollResult:
     """What the server said at the last successful poll."""
@@ -129,71 +119,6 @@ class PollResult:
     metrics: ServerMetrics
     model_loaded: bool
     """Whether the configured model is resident (or, where the server does not say, served)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServedModel:
-    """What the server runs the entry's model as: what a measurement of the server holds for.
-
-    A measurement (the learned batch curve, what ``run_benchmark`` applied) no longer holds once
-    another model runs, another variant of it (file, quantization), or with another context.
-    """
-
-    model: str
-    variant: str | None = None
-    """Its file, digest or quantization (``ServerInfo.model_variants``), where the server says."""
-    context_per_slot: int | None = None
-
-    def changed_from(self, before: ServedModel) -> bool:
-        """Whether this differs from ``before`` in the model, or in a fact both know."""
-        return self.model != before.model or any(
-            now is not None and then is not None and now != then
-            for now, then in (
-                (self.variant, before.variant),
-                (self.context_per_slot, before.context_per_slot),
-            )
-        )
-
-    def describe(self) -> str:
-        """Say it in a line: ``model [variant], context per slot``."""
-        variant = f" [{self.variant}]" if self.variant else ""
-        context = f", {self.context_per_slot}" if self.context_per_slot else ""
-        return f"{self.model}{variant}{context}"
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain JSON (for the store)."""
-        return {
-            "model": self.model,
-            "variant": self.variant,
-            "context_per_slot": self.context_per_slot,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ServedModel:
-        """Read what ``as_dict`` wrote."""
-        return cls(
-            model=str(data["model"]),
-            variant=data.get("variant"),
-            context_per_slot=data.get("context_per_slot"),
-        )
-
-
-def variant_of(info: ServerInfo, model: str) -> str | None:
-    """Return what ``model`` runs as at the server (Ollama names default to ``latest``)."""
-    variants = info.model_variants
-    if model in variants:
-        return variants[model]
-    return variants.get(f"{model}:latest") if ":" not in model else None
-
-
-def model_is_loaded(model: str, info: ServerInfo, metrics: ServerMetrics) -> bool:
-    """Tell whether ``model`` is loaded, from whatever the server reports."""
-    loaded = set(info.loaded_models) | set(metrics.loaded_models)
-    if loaded or server_profile(info.kind).unloads_models:
-        # Servers that unload models list what is resident: an empty list means nothing is.
-        return model in loaded
-    # Servers that do not report residency.
-    return model in info.models
 
 
 class EntryCoordinator[DataT](DataUpdateCoordinator[DataT]):
@@ -279,7 +204,7 @@ class PollCoordinator(EntryCoordinator[PollResult]):
                 self._async_poll_now()  # it answers again
         elif finished.error in SERVER_DOWN_ERRORS:
             newly_down = self.unreachable_since is None
-            self._note_down()
+            self._note_down(f"a request failed: {finished.error}")
             self.async_set_update_error(
                 UpdateFailed(
                     translation_domain=DOMAIN,
@@ -293,14 +218,31 @@ class PollCoordinator(EntryCoordinator[PollResult]):
         elif finished.error in SERVER_SUSPECT_ERRORS:
             self._async_poll_now()
 
-    def _note_down(self) -> None:
+    def _note_down(self, reason: str) -> None:
         """Note that the server does not answer: it is polled every ``DOWN_POLL_INTERVAL``.
 
         The interval applies from the end of the poll running (or the next one) on: the
-        coordinator plans each poll as the one before ends.
+        coordinator plans each poll as the one before ends. The log says it once, at WARNING,
+        when a server that answered stops (a set-up that finds it down is Home Assistant's to
+        say, a server the pool put to sleep is no outage), then at DEBUG: the reachable sensor
+        and the repair say it meanwhile.
         """
-        if self.unreachable_since is None:
+        newly_down = self.unreachable_since is None
+        if newly_down:
             self.unreachable_since = dt_util.utcnow()
+        runtime = getattr(self.config_entry, "runtime_data", None)  # None during set-up
+        asleep = runtime is not None and runtime.sleeps()
+        log = (
+            LOGGER.warning
+            if newly_down and self.data is not None and not asleep
+            else LOGGER.debug
+        )
+        log(
+            "%s does not answer (%s); polling it every %s until it does",
+            self.config_entry.title,
+            reason,
+            DOWN_POLL_INTERVAL,
+        )
         self.update_interval = DOWN_POLL_INTERVAL
 
     def _note_up(self) -> None:
@@ -329,7 +271,9 @@ class PollCoordinator(EntryCoordinator[PollResult]):
                 translation_domain=DOMAIN, translation_key="invalid_auth"
             ) from err
         except BackendError as err:
-            self._note_down()
+            self._note_down(str(err))
+            # Said above: the coordinator would say it again, at ERROR.
+            self.last_update_success = False
             raise UpdateFailed(
                 translation_domain=DOMAIN,
                 translation_key="update_failed",
@@ -437,40 +381,6 @@ class PollCoordinator(EntryCoordinator[PollResult]):
             reason,
             WARM_UP_RETRY_INTERVAL,
         )
-
-
-def request_finished_event_data(
-    entry_id: str | None, finished: FinishedRequest, *, pool: bool = False
-) -> dict[str, Any]:
-    """Build the data of ``llm_lanes_request_finished`` (never any prompt or answer text).
-
-    ``server`` is the entry id of the server the request ended on (that of ``entry_id``, its
-    scheduler's, unless the household's pool routed it: ``pool``; None when no server took it);
-    ``failovers`` and ``resumed_on`` say how the pool moved it.
-    """
-    return {
-        "config_entry_id": entry_id,
-        "server": finished.server if pool else entry_id,
-        "pool": pool,
-        "failovers": finished.failovers,
-        "resumed_on": finished.resumed_on,
-        "request_id": finished.request_id,
-        "lane": finished.lane.key,
-        "requester": finished.requester,
-        "outcome": finished.outcome,
-        "error": finished.error,
-        "queue_wait_s": finished.queue_wait_s,
-        "ttft_s": finished.ttft_s,
-        "itl_p95_s": finished.itl_p95_s,
-        "e2e_s": finished.e2e_s,
-        "prompt_tokens": finished.prompt_tokens,
-        "output_tokens": finished.output_tokens,
-        "token_source": finished.token_source,
-        "preemptions": finished.preemptions,
-        "met_ttft": finished.met_ttft,
-        "met_itl": finished.met_itl,
-        "met_objectives": finished.met_objectives,
-    }
 
 
 class ActivityCoordinator(EntryCoordinator[SchedulerSnapshot]):

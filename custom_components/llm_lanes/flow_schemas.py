@@ -1,4 +1,4 @@
-"""Form schemas of the options flow and the subentry flows (agents, AI Task entities, clients).
+"""Form schemas of the options flow, and the selectors the subentry flows' forms share with it.
 
 The options form shows some settings as a household thinks of them and stores them as the
 scheduler uses them: the background share in percent (stored as a fraction, as the number entity
@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from homeassistant.config_entries import ConfigEntryState
-from homeassistant.const import CONF_NAME, PERCENTAGE
+from homeassistant.const import PERCENTAGE
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import section
-from homeassistant.helpers import llm
 from homeassistant.helpers.selector import (
     BooleanSelector,
     EntitySelector,
@@ -31,25 +30,13 @@ from homeassistant.helpers.selector import (
     SelectSelector,
     SelectSelectorConfig,
     SelectSelectorMode,
-    TemplateSelector,
     TimeSelector,
 )
 import probatio
 
 from custom_components.llm_lanes.const import (
-    CONF_LANE,
-    CONF_LLM_HASS_API,
-    CONF_MAX_OUTPUT_TOKENS,
-    CONF_MODEL,
-    CONF_POOL,
-    CONF_PROMPT,
-    CONF_QUOTA_TOKENS_PER_DAY,
-    CONF_ROTATE_KEY,
-    CONF_TEMPERATURE,
-    DEFAULT_CLIENT_NAME,
     DEFAULT_NIGHTLY_END,
     DEFAULT_NIGHTLY_START,
-    DEFAULT_TEMPERATURE,
     LANE_OPTION_LIMITS,
     OPT_AGING_S,
     OPT_BACKGROUND_PAUSED,
@@ -78,10 +65,9 @@ from custom_components.llm_lanes.const import (
     POOL_RANK,
     POOL_RANKS,
     POWER_DOMAINS,
-    SUBENTRY_CONVERSATION,
 )
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
-from custom_components.llm_lanes.core.lanes import LANES, Lane
+from custom_components.llm_lanes.core.lanes import LANES
 from custom_components.llm_lanes.core.settings import Policy, QuotaAction
 from custom_components.llm_lanes.requesters import (
     async_requester_name,
@@ -103,9 +89,10 @@ QUOTA_TOKENS = "tokens"
 """The fields of one row of the requester quotas."""
 
 
-def _number(
+def number_selector(
     minimum: float, maximum: float, step: float, unit: str | None = None
 ) -> NumberSelector:
+    """Return a number typed in a box, from ``minimum`` to ``maximum`` by ``step``."""
     config = NumberSelectorConfig(
         min=minimum, max=maximum, step=step, mode=NumberSelectorMode.BOX
     )
@@ -114,7 +101,8 @@ def _number(
     return NumberSelector(config)
 
 
-def _choice(values: list[str], translation_key: str) -> SelectSelector:
+def choice_selector(values: list[str], translation_key: str) -> SelectSelector:
+    """Return a drop-down of ``values``, named by the translations of ``translation_key``."""
     return SelectSelector(
         SelectSelectorConfig(
             options=values,
@@ -124,16 +112,16 @@ def _choice(values: list[str], translation_key: str) -> SelectSelector:
     )
 
 
-TOKEN_AMOUNT = _number(0, 1_000_000_000, 1000)
+TOKEN_AMOUNT = number_selector(0, 1_000_000_000, 1000)
 """A daily quota or a night's budget, in tokens (0: none)."""
-PROMPT_TOKENS = _number(64, 1_048_576, 64)
+PROMPT_TOKENS = number_selector(64, 1_048_576, 64)
 """Tokens of prompts in prefill (the prefill budget)."""
 
 LANE_LIMIT_SELECTORS: dict[str, NumberSelector] = {
-    "ttft_slo_s": _number(0.05, 600, 0.05, "s"),
-    "itl_slo_s": _number(0.01, 10, 0.01, "s"),
-    "max_output_tokens": _number(1, 131072, 1),
-    "max_queued": _number(1, 10000, 1),
+    "ttft_slo_s": number_selector(0.05, 600, 0.05, "s"),
+    "itl_slo_s": number_selector(0.01, 10, 0.01, "s"),
+    "max_output_tokens": number_selector(1, 131072, 1),
+    "max_queued": number_selector(1, 10000, 1),
 }
 
 
@@ -206,7 +194,7 @@ def _quota_selector(requesters: list[SelectOptionDict]) -> ObjectSelector:
                     "required": True,
                 },
                 QUOTA_TOKENS: {
-                    "selector": _number(0, 1_000_000_000, 1000, "tokens"),
+                    "selector": number_selector(0, 1_000_000_000, 1000, "tokens"),
                     "required": True,
                 },
             },
@@ -241,7 +229,9 @@ def _pool_section(
         key = POOL_RANK.format(lane=lane.key)
         fields[
             probatio.Required(key, default=str(shown.get(key, current.ranks[lane])))
-        ] = _choice([*(str(rank) for rank in POOL_RANKS), NEVER_RANK], "pool_rank")
+        ] = choice_selector(
+            [*(str(rank) for rank in POOL_RANKS), NEVER_RANK], "pool_rank"
+        )
     for key, entity in (
         (OPT_WAKE_ENTITY, current.wake_entity),
         (OPT_SLEEP_ENTITY, current.sleep_entity),
@@ -257,12 +247,12 @@ def _pool_section(
             OPT_IDLE_SLEEP_MINUTES,
             default=shown.get(OPT_IDLE_SLEEP_MINUTES, round(idle_minutes)),
         )
-    ] = _number(0, 1440, 1, "min")
+    ] = number_selector(0, 1440, 1, "min")
     fields[
         probatio.Required(
             OPT_WAKE_LIMIT_S, default=shown.get(OPT_WAKE_LIMIT_S, current.wake_limit_s)
         )
-    ] = _number(10, 1800, 1, "s")
+    ] = number_selector(10, 1800, 1, "s")
     return fields
 
 
@@ -302,26 +292,26 @@ def options_schema(
         return probatio.Required(key, default=shown.get(key, options.get(key, value)))
 
     fields: dict[Any, Any] = {
-        required(OPT_POLICY, current.policy.value): _choice(
+        required(OPT_POLICY, current.policy.value): choice_selector(
             [policy.value for policy in Policy], "policy"
         ),
-        required(OPT_MAX_SEQUENCES, current.max_sequences): _number(1, 256, 1),
+        required(OPT_MAX_SEQUENCES, current.max_sequences): number_selector(1, 256, 1),
         required(OPT_PREFILL_BUDGET, current.prefill_budget): PROMPT_TOKENS,
-        required(OPT_HEADROOM, current.headroom): _number(0, 255, 1),
-        required(OPT_AGING_S, current.aging_s): _number(1, 3600, 1, "s"),
+        required(OPT_HEADROOM, current.headroom): number_selector(0, 255, 1),
+        required(OPT_AGING_S, current.aging_s): number_selector(1, 3600, 1, "s"),
         probatio.Required(
             OPT_BACKGROUND_SHARE,
             default=shown.get(
                 OPT_BACKGROUND_SHARE, percent_of_fraction(current.background_share)
             ),
-        ): _number(0, 100, 1, PERCENTAGE),
+        ): number_selector(0, 100, 1, PERCENTAGE),
         required(OPT_PREEMPTION, current.preemption): BooleanSelector(),
-        required(OPT_PREFILL_GUARD, current.prefill_guard_tokens): _number(
+        required(OPT_PREFILL_GUARD, current.prefill_guard_tokens): number_selector(
             0, 1_048_576, 64
         ),
         required(
             OPT_BACKGROUND_WITH_VOICE, current.background_with_voice or 0
-        ): _number(0, 255, 1),
+        ): number_selector(0, 255, 1),
         required(OPT_BACKGROUND_PAUSED, current.background_paused): BooleanSelector(),
         required(OPT_QUOTA_TOKENS_PER_DAY, current.quota_tokens_per_day): TOKEN_AMOUNT,
         probatio.Optional(
@@ -333,17 +323,19 @@ def options_schema(
                 )
             },
         ): _quota_selector(requesters or []),
-        required(OPT_QUOTA_ACTION, current.quota_action.value): _choice(
+        required(OPT_QUOTA_ACTION, current.quota_action.value): choice_selector(
             [action.value for action in QuotaAction], "quota_action"
         ),
         required(OPT_NIGHTLY_START, DEFAULT_NIGHTLY_START): TimeSelector(),
         required(OPT_NIGHTLY_END, DEFAULT_NIGHTLY_END): TimeSelector(),
-        required(OPT_JOBS_MAX_IN_FLIGHT, jobs.max_in_flight): _number(1, 8, 1),
-        required(OPT_JOBS_TOKENS_PER_MINUTE, jobs.tokens_per_minute): _number(
+        required(OPT_JOBS_MAX_IN_FLIGHT, jobs.max_in_flight): number_selector(1, 8, 1),
+        required(OPT_JOBS_TOKENS_PER_MINUTE, jobs.tokens_per_minute): number_selector(
             0, 1_000_000, 100
         ),
         required(OPT_JOBS_NIGHTLY_BUDGET, jobs.nightly_token_budget): TOKEN_AMOUNT,
-        required(OPT_JOBS_RETENTION_DAYS, jobs.retention_days): _number(1, 365, 1),
+        required(OPT_JOBS_RETENTION_DAYS, jobs.retention_days): number_selector(
+            1, 365, 1
+        ),
     }
     for lane in LANES:
         limits = current.lanes[lane]
@@ -406,103 +398,3 @@ def options_to_store(
         # Every row removed: the form leaves the field out.
         options[OPT_REQUESTER_QUOTAS] = ""
     return options
-
-
-def subentry_schema(
-    hass: HomeAssistant,
-    *,
-    subentry_type: str,
-    models: tuple[str, ...],
-    current: Mapping[str, Any] | None,
-    default_model: str,
-    default_name: str,
-) -> probatio.Schema:
-    """Build the form of a conversation agent or AI Task entity (``default_name``: a new one's)."""
-    values: Mapping[str, Any] = current or {}
-    fields: dict[Any, Any] = {}
-    if current is None:
-        fields[probatio.Required(CONF_NAME, default=default_name)] = str
-    fields[
-        probatio.Required(CONF_MODEL, default=values.get(CONF_MODEL, default_model))
-    ] = SelectSelector(
-        SelectSelectorConfig(
-            options=[SelectOptionDict(value=m, label=m) for m in models],
-            mode=SelectSelectorMode.DROPDOWN,
-            custom_value=True,
-            sort=True,
-        )
-    )
-    fields[
-        probatio.Optional(
-            CONF_PROMPT,
-            description={
-                "suggested_value": values.get(
-                    CONF_PROMPT,
-                    llm.DEFAULT_INSTRUCTIONS_PROMPT
-                    if subentry_type == SUBENTRY_CONVERSATION
-                    else "",
-                )
-            },
-        )
-    ] = TemplateSelector()
-    if subentry_type == SUBENTRY_CONVERSATION:
-        apis = [
-            SelectOptionDict(value=api.id, label=api.name)
-            for api in llm.async_get_apis(hass)
-        ]
-        known = {api["value"] for api in apis}
-        selected = [api for api in values.get(CONF_LLM_HASS_API, []) if api in known]
-        fields[
-            probatio.Optional(
-                CONF_LLM_HASS_API, description={"suggested_value": selected}
-            )
-        ] = SelectSelector(SelectSelectorConfig(options=apis, multiple=True))
-    fields[
-        probatio.Optional(
-            CONF_TEMPERATURE,
-            description={
-                "suggested_value": values.get(CONF_TEMPERATURE, DEFAULT_TEMPERATURE)
-            },
-        )
-    ] = _number(0, 2, 0.05)
-    fields[probatio.Optional(CONF_POOL, default=values.get(CONF_POOL, False))] = (
-        BooleanSelector()
-    )
-    return probatio.Schema(fields)
-
-
-def client_schema(current: Mapping[str, Any] | None) -> probatio.Schema:
-    """Build the form of a gateway client (a new one is named; a known one may get a new key)."""
-    values: Mapping[str, Any] = current or {}
-    fields: dict[Any, Any] = {}
-    if current is None:
-        fields[probatio.Required(CONF_NAME, default=DEFAULT_CLIENT_NAME)] = str
-    fields[
-        probatio.Required(
-            CONF_LANE, default=values.get(CONF_LANE, Lane.INTERACTIVE.key)
-        )
-    ] = _choice([lane.key for lane in LANES], "lane")
-    for key, selector in (
-        (CONF_QUOTA_TOKENS_PER_DAY, TOKEN_AMOUNT),
-        (CONF_MAX_OUTPUT_TOKENS, _number(1, 131072, 1)),
-    ):
-        fields[
-            probatio.Optional(key, description={"suggested_value": values.get(key)})
-        ] = selector
-    fields[probatio.Optional(CONF_POOL, default=values.get(CONF_POOL, False))] = (
-        BooleanSelector()
-    )
-    if current is not None:
-        fields[probatio.Optional(CONF_ROTATE_KEY, default=False)] = BooleanSelector()
-    return probatio.Schema(fields)
-
-
-def client_data(user_input: Mapping[str, Any]) -> dict[str, Any]:
-    """Keep what a client's form says about its lane, limits and pool (whole numbers; 0 is none)."""
-    data: dict[str, Any] = {CONF_LANE: user_input[CONF_LANE]}
-    for key in (CONF_QUOTA_TOKENS_PER_DAY, CONF_MAX_OUTPUT_TOKENS):
-        if value := int(user_input.get(key) or 0):
-            data[key] = value
-    if user_input.get(CONF_POOL):
-        data[CONF_POOL] = True
-    return data

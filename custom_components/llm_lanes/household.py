@@ -46,10 +46,7 @@ from custom_components.llm_lanes.const import (
     EVENT_REQUEST_FINISHED,
     LOGGER,
 )
-from custom_components.llm_lanes.coordinator import (
-    LLMLanesConfigEntry,
-    request_finished_event_data,
-)
+from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 from custom_components.llm_lanes.core.availability import (
     Action,
     PowerControl,
@@ -58,12 +55,9 @@ from custom_components.llm_lanes.core.availability import (
 )
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
-from custom_components.llm_lanes.core.pool import (
-    PoolMember,
-    PoolSettings,
-    PoolSubmission,
-    ServerPool,
-)
+from custom_components.llm_lanes.core.pool import ServerPool
+from custom_components.llm_lanes.core.pool_journey import PoolSubmission
+from custom_components.llm_lanes.core.pool_members import PoolMember, PoolSettings
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.router import ANY_MODEL, Capabilities
 from custom_components.llm_lanes.core.snapshot import FinishedRequest, PoolSnapshot
@@ -74,6 +68,7 @@ from custom_components.llm_lanes.repairs import (
     async_clear_pool_lane_issue,
     async_raise_pool_lane_issue,
 )
+from custom_components.llm_lanes.request_events import request_finished_event_data
 from custom_components.llm_lanes.settings_options import (
     PoolOptions,
     pool_options,

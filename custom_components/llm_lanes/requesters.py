@@ -17,17 +17,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 import re
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import ATTR_FRIENDLY_NAME
 from homeassistant.core import Context, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr, entity_registry as er
 from homeassistant.util import slugify
 
 from custom_components.llm_lanes.const import DOMAIN
-
-if TYPE_CHECKING:
-    from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry
 
 AI_TASK_REQUESTER: Final = "ai_task"
 JOBS_REQUESTER: Final = "job"
@@ -146,7 +144,7 @@ def requesters_with_sensors(hass: HomeAssistant, entry_id: str) -> set[str]:
 
 @callback
 def async_remove_deleted_client_sensors(
-    hass: HomeAssistant, entry: LLMLanesConfigEntry
+    hass: HomeAssistant, entry: ConfigEntry
 ) -> None:
     """Remove the token sensors of the server's gateway clients that were deleted.
 

@@ -1,9 +1,10 @@
 """Sensors of an LLM server: latency per lane, load, throughput, goodput, tokens, nightly jobs.
 
 Scheduler figures come from the activity coordinator's snapshots, server figures from the server
-coordinator's polls, job figures from the entry's job manager; one token sensor per requester is
-added when the requester first appears (or at set-up, for those known before a restart), up to
-``MAX_REQUESTER_SENSORS`` per server (the actions already fold passing requesters into ``other``).
+coordinator's polls, job figures from the entry's job manager (``job_sensor.py``); one token
+sensor per requester is added when the requester first appears (or at set-up, for those known
+before a restart), up to ``MAX_REQUESTER_SENSORS`` per server (the actions already fold passing
+requesters into ``other``).
 The requests each lane served and the requesters' tokens are totals kept across restarts; the
 server's URL is a diagnostic sensor, so the device page shows it as text.
 """
@@ -25,18 +26,17 @@ from homeassistant.const import PERCENTAGE, EntityCategory, UnitOfTime
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from custom_components.llm_lanes.const import LOGGER
+from custom_components.llm_lanes.const import LOGGER, UNIT_TOKENS
 from custom_components.llm_lanes.coordinator import LLMLanesConfigEntry, PollResult
 from custom_components.llm_lanes.core.lanes import LANES, Lane
 from custom_components.llm_lanes.core.snapshot import LaneSnapshot, SchedulerSnapshot
 from custom_components.llm_lanes.entity import (
     ActivityEntity,
-    JobEntity,
     ServerEntity,
     async_lane_names,
     server_url,
 )
-from custom_components.llm_lanes.jobs.manager import JobManager
+from custom_components.llm_lanes.job_sensor import JOB_SENSORS, JobSensor
 from custom_components.llm_lanes.pool_sensor import async_setup_pool_sensors
 from custom_components.llm_lanes.requesters import (
     REQUESTER_TOKENS_KEY,
@@ -46,7 +46,6 @@ from custom_components.llm_lanes.requesters import (
 
 PARALLEL_UPDATES = 0
 
-UNIT_TOKENS = "tokens"
 UNIT_TOKENS_PER_SECOND = "tokens/s"
 MAX_REQUESTER_SENSORS = 200
 """Token sensors of one server; requesters past it are counted by the scheduler only."""
@@ -69,14 +68,6 @@ class ServerSensorDescription(SensorEntityDescription):
 
     exists_fn: Callable[[PollResult], bool] = lambda _: True
     value_fn: Callable[[PollResult], SensorValue]
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSensorDescription(SensorEntityDescription):
-    """A sensor read from the entry's job manager."""
-
-    value_fn: Callable[[JobManager], SensorValue]
-    attributes_fn: Callable[[JobManager], dict[str, Any]] | None = None
 
 
 def _lane_value(
@@ -244,54 +235,6 @@ SERVER_SENSORS: tuple[ServerSensorDescription, ...] = (
 )
 
 
-def _budget_used(manager: JobManager) -> float | None:
-    """Percent of the night's token budget used (None without a budget)."""
-    budget = manager.settings.nightly_token_budget
-    if budget <= 0:
-        return None
-    return min(100.0, 100.0 * manager.tokens_tonight / budget)
-
-
-JOB_SENSORS: tuple[JobSensorDescription, ...] = (
-    JobSensorDescription(
-        key="jobs_waiting",
-        translation_key="jobs_waiting",
-        state_class=SensorStateClass.MEASUREMENT,
-        value_fn=lambda manager: manager.waiting_count,
-        attributes_fn=lambda manager: {
-            "running": manager.running_count,
-            "waiting_because": manager.waiting_because(),
-        },
-    ),
-    JobSensorDescription(
-        key="jobs_done_tonight",
-        translation_key="jobs_done_tonight",
-        state_class=SensorStateClass.TOTAL_INCREASING,
-        value_fn=lambda manager: manager.done_tonight,
-    ),
-    JobSensorDescription(
-        key="job_tokens_tonight",
-        translation_key="job_tokens_tonight",
-        native_unit_of_measurement=UNIT_TOKENS,
-        state_class=SensorStateClass.TOTAL_INCREASING,
-        value_fn=lambda manager: manager.tokens_tonight,
-        attributes_fn=lambda manager: {
-            "budget": manager.settings.nightly_token_budget or None,
-            "budget_spent": manager.budget_spent,
-        },
-    ),
-    JobSensorDescription(
-        key="job_budget_used",
-        translation_key="job_budget_used",
-        native_unit_of_measurement=PERCENTAGE,
-        suggested_display_precision=0,
-        state_class=SensorStateClass.MEASUREMENT,
-        entity_category=EntityCategory.DIAGNOSTIC,
-        value_fn=_budget_used,
-    ),
-)
-
-
 async def async_setup_entry(
     hass: HomeAssistant,
     entry: LLMLanesConfigEntry,
@@ -394,23 +337,6 @@ class ServerSensor(ServerEntity, SensorEntity):
     def native_value(self) -> SensorValue:
         """Read the figure from the last successful poll."""
         return self.entity_description.value_fn(self.coordinator.data)
-
-
-class JobSensor(JobEntity, SensorEntity):
-    """A figure of the nightly jobs: what waits, what ran tonight, the night's budget."""
-
-    entity_description: JobSensorDescription
-
-    @property
-    def native_value(self) -> SensorValue:
-        """Read the figure from the job manager."""
-        return self.entity_description.value_fn(self.manager)
-
-    @property
-    def extra_state_attributes(self) -> dict[str, Any] | None:
-        """The details of the figure, where it has any."""
-        attributes_fn = self.entity_description.attributes_fn
-        return attributes_fn(self.manager) if attributes_fn is not None else None
 
 
 class ServerURLSensor(ServerEntity, SensorEntity):

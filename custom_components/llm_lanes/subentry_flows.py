@@ -19,12 +19,12 @@ from custom_components.llm_lanes.entry_defaults import (
     server_name,
     subentry_name,
 )
-from custom_components.llm_lanes.flow_schemas import (
+from custom_components.llm_lanes.gateway.clients import key_placeholders, new_api_key
+from custom_components.llm_lanes.subentry_schemas import (
     client_data,
     client_schema,
     subentry_schema,
 )
-from custom_components.llm_lanes.gateway.clients import key_placeholders, new_api_key
 
 
 class LLMLanesSubentryFlow(ConfigSubentryFlow):

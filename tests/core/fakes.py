@@ -11,12 +11,9 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from custom_components.llm_lanes.core.backends.base import (
-    Backend,
-    ServerInfo,
-    ServerMetrics,
-)
+from custom_components.llm_lanes.core.backends.base import Backend, ServerInfo
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import BackendHTTPError
 from custom_components.llm_lanes.core.model import (
     ChatMessage,

@@ -27,7 +27,8 @@ from custom_components.llm_lanes.core.errors import (
 )
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, StreamChunk, ToolSpec
-from custom_components.llm_lanes.core.pool import PoolMember, PoolSettings, ServerPool
+from custom_components.llm_lanes.core.pool import ServerPool
+from custom_components.llm_lanes.core.pool_members import PoolMember, PoolSettings
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.router import Capabilities
 from custom_components.llm_lanes.core.scheduler import Scheduler

@@ -7,11 +7,11 @@ import pytest
 from custom_components.llm_lanes.core.foreground import LEND_MAX_CANCEL_S, Foreground
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest, ToolSpec
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.slots import (
     CANCEL_SETTLE_S,
     SETTLE_POLL_S,
-    PrefixKeys,
     SlotPlacer,
     SlotTable,
     prefix_keys,

@@ -44,7 +44,8 @@ from custom_components.llm_lanes.core.model import (
     ToolSpec,
 )
 from custom_components.llm_lanes.core.policy import Admit, create_policy
-from custom_components.llm_lanes.core.pool import PoolMember, ServerPool
+from custom_components.llm_lanes.core.pool import ServerPool
+from custom_components.llm_lanes.core.pool_members import PoolMember
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.router import ANY_MODEL, Capabilities
 from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState

@@ -17,9 +17,9 @@ from custom_components.llm_lanes.core.backends.base import (
     Backend,
     PrefillStep,
     ServerInfo,
-    ServerMetrics,
 )
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import BackendConnectionError
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
 from tools.simulator.engine import GPU_COSTS, EngineCosts

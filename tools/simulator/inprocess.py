@@ -22,9 +22,9 @@ from custom_components.llm_lanes.core.backends.base import (
     Backend,
     PrefillStep,
     ServerInfo,
-    ServerMetrics,
 )
 from custom_components.llm_lanes.core.backends.kinds import ServerKind, server_profile
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import (
     BackendConnectionError,
     BackendHTTPError,
@@ -110,7 +110,9 @@ class EngineBackend(Backend):
     async def busy_slots(self) -> frozenset[int]:
         """Return the slots holding a sequence now, as ``/slots`` says."""
         return frozenset(
-            index for index, seq in enumerate(self.engine.slot_table()) if seq is not None
+            index
+            for index, seq in enumerate(self.engine.slot_table())
+            if seq is not None
         )
 
     async def render_prompt(self, request: ChatRequest) -> str:

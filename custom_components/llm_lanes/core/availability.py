@@ -221,7 +221,8 @@ class Availability:
                 if self._state is ServerState.DOWN and await self._healthy(
                     HEALTH_TIMEOUT_S
                 ):
-                    _LOGGER.info("%s answers again", self.name)
+                    # Whoever reported it down says it is back (Home Assistant's poll).
+                    _LOGGER.debug("%s answers again", self.name)
                     self._set(ServerState.UP)
                     self.activity()
         finally:

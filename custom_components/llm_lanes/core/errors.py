@@ -7,6 +7,7 @@ translated Home Assistant error without string matching.
 from __future__ import annotations
 
 import json
+from typing import Final
 
 _BODY_EXCERPT = 300
 
@@ -280,3 +281,24 @@ class InvalidRequestError(LanesError):
         """Say which field is wrong and how, e.g. ``messages[1].role: must be a string``."""
         super().__init__(f"{field}: {problem}", field=field)
         self.field = field
+
+
+# --- what a finished request's error says of its server --------------------------------------
+
+
+def _class_names(*errors: type[Exception]) -> frozenset[str]:
+    """Name these errors and all their subclasses (a finished request names its error's class)."""
+    names: set[str] = set()
+    pending = list(errors)
+    while pending:
+        error = pending.pop()
+        names.add(error.__name__)
+        pending.extend(error.__subclasses__())
+    return frozenset(names)
+
+
+SERVER_DOWN_ERRORS: Final = _class_names(BackendConnectionError)
+"""Errors of a request that say the server is down (refused, reset before any answer)."""
+SERVER_SUSPECT_ERRORS: Final = _class_names(BackendTimeoutError, StreamClosedError)
+"""Errors of a request that a server going down gives too (timeouts, a stream cut short): the
+server is polled at once."""

@@ -45,74 +45,52 @@ Then:
 
 Every request ends exactly once, on one server: the pool's listeners get one ``FinishedRequest``
 per request, timed from its arrival at the pool, naming the ``server`` it ended on, its
-``failovers``, the server it ``resumed_on`` and the ``path`` of its attempts. The member schedulers report each attempt as
-usual (an attempt abandoned on a failing server is an error there).
+``failovers``, the server it ``resumed_on`` and the ``path`` of its attempts. The member
+schedulers report each attempt as usual (an attempt abandoned on a failing server is an error
+there).
+
+Here: the pool's door and the run loop of a request. A member's state is ``pool_members.py``'s,
+where a request goes ``pool_placement.py``'s, a request's journey and failover
+``pool_journey.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 import contextlib
-from dataclasses import dataclass, field, replace
+from functools import partial
 import itertools
 import logging
 import time
-from typing import NotRequired, TypedDict, Unpack
+from typing import Unpack
 
-from custom_components.llm_lanes.core.availability import (
-    PROBE_S,
-    Availability,
-    HealthCheck,
-    PowerControl,
-    ServerState,
-)
-from custom_components.llm_lanes.core.errors import (
-    REFUSALS,
-    AuthError,
-    BackendConnectionError,
-    BackendHTTPError,
-    BackendTimeoutError,
-    LanesError,
-    LimitExceededError,
-    MalformedStreamError,
-    ModelNotFoundError,
-    NoServerError,
-    QueueFullError,
-    SchedulerClosedError,
-    ServerBusyError,
-    StreamClosedError,
-    ToolsUnsupportedError,
-    WakeTimeoutError,
-)
+from custom_components.llm_lanes.core.availability import ServerState
+from custom_components.llm_lanes.core.errors import REFUSALS, SchedulerClosedError
 from custom_components.llm_lanes.core.lanes import LANES, Lane
-from custom_components.llm_lanes.core.metrics import request_itl_p95
 from custom_components.llm_lanes.core.model import (
     Answer,
-    ChatMessage,
     ChatRequest,
     StreamChunk,
     TokenUsage,
 )
+from custom_components.llm_lanes.core.pool_journey import (
+    Journey,
+    PoolSubmission,
+    next_chunk,
+)
+from custom_components.llm_lanes.core.pool_members import (
+    Listener,
+    Member,
+    PoolMember,
+    PoolSettings,
+    check_members,
+    noting_activity,
+)
+from custom_components.llm_lanes.core.pool_placement import Placement
 from custom_components.llm_lanes.core.quotas import QuotaLedger
-from custom_components.llm_lanes.core.router import (
-    ANY_MODEL,
-    DEFAULT_MARGIN,
-    DEFAULT_MARGIN_S,
-    DEFAULT_PREFILL_TOK_S,
-    Candidate,
-    Capabilities,
-    Estimate,
-    Observed,
-    PromptShape,
-    RecentPrefixes,
-    Router,
-)
-from custom_components.llm_lanes.core.scheduler import (
-    PREPARE_HOLD_S,
-    Scheduler,
-    Submission,
-)
+from custom_components.llm_lanes.core.router import Estimate
+from custom_components.llm_lanes.core.scheduler import PREPARE_HOLD_S
 from custom_components.llm_lanes.core.snapshot import (
     FinishedRequest,
     GenerateResult,
@@ -121,256 +99,6 @@ from custom_components.llm_lanes.core.snapshot import (
 )
 
 _LOGGER = logging.getLogger(__name__)
-
-type Listener = Callable[[FinishedRequest], None]
-
-URGENT_STALL_S = 5.0
-"""An urgent request whose server sends no token for this long moves to the next server."""
-
-_MOVE_AND_MARK_DOWN: tuple[type[Exception], ...] = (
-    BackendConnectionError,
-    BackendTimeoutError,
-    StreamClosedError,
-    AuthError,
-    SchedulerClosedError,
-)
-"""Failures of the server itself: the request moves on and the server is down until it answers."""
-_MOVE_ON: tuple[type[Exception], ...] = (
-    ServerBusyError,
-    QueueFullError,
-    ModelNotFoundError,
-    ToolsUnsupportedError,
-    MalformedStreamError,
-    TimeoutError,
-)
-"""Failures another server may not have (busy, full, a model or feature it lacks, a stall)."""
-
-
-class PoolSubmission(TypedDict):
-    """What a caller says of a request besides the request itself (``Scheduler``'s, and more)."""
-
-    lane: Lane
-    requester: str
-    prompt_tokens: NotRequired[int | None]
-    deadline_s: NotRequired[float | None]
-    server: NotRequired[str | None]
-    """Run on this server only (no failover); None: wherever the pool routes it."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolMember:
-    """One server of a pool, as it is configured."""
-
-    name: str
-    scheduler: Scheduler
-    """Its scheduler, built with the pool's quota ledger."""
-    health: HealthCheck
-    """Whether it answers now (``availability.answers(backend)``: it lists its models)."""
-    capabilities: Capabilities = field(default_factory=Capabilities)
-    power: PowerControl = field(default_factory=PowerControl)
-    state: ServerState = ServerState.UP
-    """Its state when the pool starts."""
-    prefill_tok_s: float = DEFAULT_PREFILL_TOK_S
-    """The prefill speed assumed until one is learned."""
-    cached_prefixes: int | None = None
-    """Prompt prefixes its cache is taken to hold where its slots are not known (None: twice
-    its max sequences)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PoolSettings:
-    """How a pool routes."""
-
-    routes: Mapping[Lane, tuple[str, ...]] = field(default_factory=dict)
-    """Per lane, the servers that may serve it, most preferred first."""
-    margin: float = DEFAULT_MARGIN
-    margin_s: float = DEFAULT_MARGIN_S
-    """How much faster another server must be expected to be for a request to leave its
-    incumbent (``router.Router``)."""
-    urgent_stall_s: float = URGENT_STALL_S
-    probe_s: float = PROBE_S
-    """How often a server that is down or waking is asked whether it answers."""
-
-
-class _Member:
-    """A member at run time: its configuration, state and what the router knows of it."""
-
-    __slots__ = (
-        "availability",
-        "candidate",
-        "config",
-        "failures_total",
-        "name",
-        "resumed_total",
-        "scheduler",
-        "served_total",
-    )
-
-    def __init__(
-        self,
-        config: PoolMember,
-        settings: PoolSettings,
-        clock: Callable[[], float],
-        clock_rate: float,
-    ) -> None:
-        self.config = config
-        self.name = config.name
-        self.scheduler = config.scheduler
-        load = config.scheduler.load
-        self.candidate = Candidate(
-            name=config.name,
-            load=load,
-            capabilities=config.capabilities,
-            observed=Observed(config.prefill_tok_s),
-            recent=RecentPrefixes(
-                config.cached_prefixes
-                if config.cached_prefixes is not None
-                else 2 * max(load.settings.max_sequences, 1)
-            ),
-        )
-        self.availability = Availability(
-            config.name,
-            health=config.health,
-            power=config.power,
-            busy=lambda: load.busy,
-            clock=clock,
-            clock_rate=clock_rate,
-            probe_s=settings.probe_s,
-            state=config.state,
-        )
-        self.served_total = 0
-        self.failures_total = 0
-        self.resumed_total = 0
-
-
-class _Journey:
-    """One pool request, from its arrival to its end, across the servers it ran on."""
-
-    __slots__ = (
-        "arrived_at",
-        "attempts",
-        "deadline_s",
-        "expected_ttft_s",
-        "failed",
-        "failovers",
-        "first_token_at",
-        "gaps",
-        "lane",
-        "last_token_at",
-        "max_tokens",
-        "output_tokens",
-        "parts",
-        "path",
-        "prompt_tokens",
-        "records",
-        "request",
-        "requester",
-        "resumed_on",
-        "seq",
-        "server",
-        "shape",
-        "sink",
-        "submitted_at",
-        "tool_calls_sent",
-        "tried",
-    )
-
-    def __init__(
-        self,
-        seq: int,
-        request: ChatRequest,
-        how: PoolSubmission,
-        *,
-        shape: PromptShape,
-        now: float,
-        sink: list[FinishedRequest] | None,
-    ) -> None:
-        self.seq = seq
-        self.request = request
-        self.lane = how["lane"]
-        self.requester = how["requester"]
-        self.prompt_tokens = how.get("prompt_tokens")
-        self.deadline_s = how.get("deadline_s")
-        self.server = how.get("server")
-        self.shape = shape
-        self.sink = sink
-        self.arrived_at = now
-        self.submitted_at = now
-        """When the latest attempt was sent to its server's scheduler."""
-        self.max_tokens: int | None = request.max_tokens
-        self.tried: set[str] = set()
-        self.expected_ttft_s = 0.0
-        """What the router expected of the current attempt's first token."""
-        self.failed: Exception | None = None
-        """The latest failure that moved it on (raised if no server is left)."""
-        self.failovers = 0
-        self.resumed_on: str | None = None
-        self.parts: list[str] = []
-        self.output_tokens = 0
-        self.tool_calls_sent = False
-        self.first_token_at: float | None = None
-        self.last_token_at: float | None = None
-        self.gaps: list[float] = []
-        self.records: list[tuple[str, FinishedRequest]] = []
-        """(server, record) of every attempt that reached a member's scheduler."""
-        self.path: list[str] = []
-        """The server of every attempt, in order."""
-        self.attempts: list[FinishedRequest] = []
-        """Where the current attempt's scheduler puts its record (``ServerPool.is_attempt``)."""
-
-    def attempt(self, member: _Member) -> ChatRequest | None:
-        """Return what the next attempt sends to ``member``; None when no output is left to make."""
-        request = self.request
-        model = member.candidate.capabilities.model_for(request)
-        assert model is not None  # the router only offers servers that serve it
-        if self.max_tokens is None:
-            limits = member.scheduler.settings.lanes[self.lane]
-            self.max_tokens = limits.default_output_tokens
-        if not self.parts:
-            return replace(request, model=model, max_tokens=self.max_tokens)
-        remaining = self.max_tokens - self.output_tokens
-        if remaining <= 0:
-            return None
-        return replace(
-            request,
-            model=model,
-            assistant_prefix=request.assistant_prefix + "".join(self.parts),
-            max_tokens=remaining,
-        )
-
-    def took(self, chunk: StreamChunk, now: float) -> None:
-        """Note a chunk handed to the caller."""
-        self.output_tokens += chunk.output_tokens
-        if chunk.text:
-            self.parts.append(chunk.text)
-        if chunk.tool_calls:
-            self.tool_calls_sent = True
-        if chunk.output_tokens or chunk.text or chunk.tool_calls:
-            if self.first_token_at is None:
-                self.first_token_at = now
-            elif self.last_token_at is not None:
-                self.gaps.append(now - self.last_token_at)
-            self.last_token_at = now
-
-    def final(self, chunk: StreamChunk, attempt_output: int) -> StreamChunk:
-        """Return the last chunk for the caller, its usage the whole request's (resumed or not)."""
-        if self.resumed_on is None:
-            return chunk
-        usage = chunk.usage
-        before = self.output_tokens - attempt_output
-        output = (
-            before + usage.output_tokens
-            if usage is not None and usage.source == "server"
-            else self.output_tokens
-        )
-        return replace(
-            chunk,
-            usage=TokenUsage(
-                self.records[0][1].prompt_tokens if self.records else self.shape.tokens,
-                output,
-                usage.source if usage is not None else "estimate",
-            ),
-        )
 
 
 class ServerPool:
@@ -392,27 +120,26 @@ class ServerPool:
         settings = settings if settings is not None else PoolSettings()
         self._clock = clock if clock is not None else time.monotonic
         self._clock_rate = clock_rate
-        self._settings = settings
         self.quotas = quotas
         """The household's ledger of tokens per requester (shared by the member schedulers)."""
-        _check_members(members, settings)
-        self._members: dict[str, _Member] = {}
+        check_members(members, settings)
+        self._members: dict[str, Member] = {}
+        self._placement = Placement(self._members, settings, self._clock)
         self._removers: dict[str, Callable[[], None]] = {}
         for config in members:
             self._join(config)
-        self._router = Router(margin=settings.margin, margin_s=settings.margin_s)
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
-        self._live: dict[int, _Journey] = {}
+        self._live: dict[int, Journey] = {}
         self._requests_total = 0
         self._failovers_total = 0
         self._closed = False
 
     def _join(self, config: PoolMember) -> None:
-        member = _Member(config, self._settings, self._clock, self._clock_rate)
+        member = Member(config, self.settings, self._clock, self._clock_rate)
         self._members[config.name] = member
         self._removers[config.name] = config.scheduler.add_listener(
-            _noting_activity(member.availability)
+            noting_activity(member.availability)
         )
 
     # --- public API ------------------------------------------------------------------------------
@@ -420,7 +147,7 @@ class ServerPool:
     @property
     def settings(self) -> PoolSettings:
         """How the pool routes."""
-        return self._settings
+        return self._placement.settings
 
     def state(self, server: str) -> ServerState:
         """Return the state of one server."""
@@ -435,8 +162,7 @@ class ServerPool:
 
         A lane the routes leave out may use every member; one routed to none, none.
         """
-        names = self._settings.routes.get(lane)
-        return names if names is not None else tuple(self._members)
+        return self._placement.route(lane)
 
     def add_listener(self, callback: Listener) -> Callable[[], None]:
         """Call ``callback`` once for every request that leaves the pool; return a remover."""
@@ -460,10 +186,9 @@ class ServerPool:
         scheduler closes under it. ``settings`` None keeps the current ones. Routes must name
         members only (ValueError otherwise, and nothing changes).
         """
-        settings = settings if settings is not None else self._settings
-        _check_members(members, settings)
-        self._settings = settings
-        self._router.margin, self._router.margin_s = settings.margin, settings.margin_s
+        settings = settings if settings is not None else self.settings
+        check_members(members, settings)
+        self._placement.configure(settings)
         leaving = [
             name
             for name, member in self._members.items()
@@ -551,7 +276,7 @@ class ServerPool:
         if not lane.urgent or self._closed:
             return
         now = self._clock()
-        chosen = self._preferred(lane, now)
+        chosen = self._placement.preferred(lane, now)
         for name in self.route(lane):
             member = self._members[name]
             if member is chosen:
@@ -578,7 +303,11 @@ class ServerPool:
                 for name, member in self._members.items()
             },
             preferred={
-                lane: (chosen.name if (chosen := self._preferred(lane, now)) else None)
+                lane: (
+                    chosen.name
+                    if (chosen := self._placement.preferred(lane, now))
+                    else None
+                )
                 for lane in LANES
             },
             requests_total=self._requests_total,
@@ -593,23 +322,7 @@ class ServerPool:
 
         Routing's decision, as ``stream`` takes it (the conversation's incumbent is updated).
         """
-        shape = self._router.shape(request, prompt_tokens)
-        output = request.max_tokens
-        up = [
-            member
-            for name in self.route(lane)
-            if (member := self._members[name]).availability.state is ServerState.UP
-            and self._refusal(member, request, shape, lane) is None
-        ]
-        if not up:
-            return None
-        return self._router.choose(
-            [member.candidate for member in up],
-            shape,
-            lane,
-            output if output is not None else lane.defaults.default_output_tokens,
-            self._clock(),
-        )
+        return self._placement.estimate(request, lane, prompt_tokens)
 
     async def close(self) -> None:
         """Stop probing, waking and sleeping; refuse new requests. Running ones go on, without failover."""
@@ -629,21 +342,24 @@ class ServerPool:
         sink: list[FinishedRequest] | None,
     ) -> AsyncGenerator[StreamChunk]:
         """Route the request, stream it, and move it to another server when one fails."""
-        journey = _Journey(
+        journey = Journey(
             next(self._seq),
             request,
             how,
-            shape=self._router.shape(request, how.get("prompt_tokens")),
+            shape=self._placement.router.shape(request, how.get("prompt_tokens")),
             now=self._clock(),
             sink=sink,
         )
         self._live[journey.seq] = journey
-        member: _Member | None = None
+        member: Member | None = None
         outcome, error = "cancelled", None
         try:
             self._check_open()
             while True:
-                member = await self._place(journey, member)
+                chosen = await self._placement.next_server(journey, member)
+                if journey.went_to(chosen, member):
+                    self._failovers_total += 1
+                member = chosen
                 attempt = journey.attempt(member)
                 if attempt is None:
                     outcome = "ok"
@@ -657,19 +373,25 @@ class ServerPool:
                 journey.submitted_at = self._clock()
                 async with contextlib.aclosing(
                     member.scheduler.stream(
-                        attempt, records, **self._submission(journey)
+                        attempt, records, **journey.submission(self._clock())
                     )
                 ) as chunks:
                     while True:
                         try:
-                            chunk = await self._next(
-                                chunks, journey, member, first=not received
+                            chunk = await next_chunk(
+                                chunks,
+                                journey,
+                                first=not received,
+                                stall_s=self.settings.urgent_stall_s,
+                                alternative=partial(
+                                    self._placement.alternative, journey, member
+                                ),
                             )
                         except Exception as err:  # noqa: BLE001 - judged below, raised or passed on
                             failure = err
                             break
                         if chunk.done:
-                            self._ended(member, records, journey, chunk)
+                            journey.ended(member, records, chunk)
                             outcome = "ok"
                             yield journey.final(chunk, attempt_output)
                             return
@@ -678,7 +400,7 @@ class ServerPool:
                         journey.took(chunk, self._clock())
                         yield chunk
                 journey.records.extend((member.name, record) for record in records)
-                self._failed(member, journey, failure)
+                journey.failed_on(member, failure, closed=self._closed)
         except Exception as err:
             outcome, error = "error", type(err).__name__
             if isinstance(err, REFUSALS):
@@ -687,254 +409,10 @@ class ServerPool:
         finally:
             self._finish(journey, member, outcome, error)
 
-    async def _next(
-        self,
-        chunks: AsyncIterator[StreamChunk],
-        journey: _Journey,
-        member: _Member,
-        *,
-        first: bool,
-    ) -> StreamChunk:
-        """Return the next chunk of an attempt; an urgent lane's stall raises TimeoutError.
-
-        An urgent request stalls when its server sends nothing for ``urgent_stall_s`` beyond the
-        first token the router expected, or between two chunks, while another server that may
-        serve it is up; with none up it keeps waiting here, and looks again every
-        ``urgent_stall_s``.
-        """
-        try:
-            if not journey.lane.urgent:
-                return await anext(chunks)
-            limit = self._settings.urgent_stall_s
-            if first:
-                limit += journey.expected_ttft_s
-            pending = asyncio.ensure_future(anext(chunks))
-            try:
-                while True:
-                    done, _ = await asyncio.wait((pending,), timeout=limit)
-                    if done:
-                        return pending.result()
-                    if self._alternative(journey, member):
-                        raise TimeoutError
-                    limit = self._settings.urgent_stall_s
-            finally:
-                if not pending.done():
-                    pending.cancel()
-                    await asyncio.wait((pending,))
-        except StopAsyncIteration:
-            raise StreamClosedError(
-                "the scheduler ended the stream before it said it was done"
-            ) from None
-
-    def _alternative(self, journey: _Journey, member: _Member) -> bool:
-        """Whether another server the request may move to is up."""
-        if journey.server is not None:
-            return False
-        members = self._members
-        return any(
-            name != member.name
-            and name not in journey.tried
-            and members[name].availability.state is ServerState.UP
-            for name in self.route(journey.lane)
-        )
-
-    def _submission(self, journey: _Journey) -> Submission:
-        """Return what the next attempt tells its server's scheduler besides the request."""
-        prompt = (
-            journey.prompt_tokens
-            if journey.prompt_tokens is not None
-            else journey.shape.tokens  # the scheduler's own estimate, worked out once
-        )
-        if journey.parts:
-            prompt += journey.output_tokens  # the kept output is prompt now
-        deadline = journey.deadline_s
-        if deadline is not None:
-            deadline = max(0.0, deadline - (self._clock() - journey.arrived_at))
-        return {
-            "lane": journey.lane,
-            "requester": journey.requester,
-            "prompt_tokens": prompt,
-            "deadline_s": deadline,
-        }
-
-    def _failed(
-        self, member: _Member, journey: _Journey, failure: Exception | None
-    ) -> None:
-        """Judge an attempt that failed on ``member``: mark it, raise unless another may go on."""
-        if failure is None:
-            failure = StreamClosedError("the server's stream ended without an answer")
-        marks_down = isinstance(failure, _MOVE_AND_MARK_DOWN) or (
-            isinstance(failure, BackendHTTPError)
-            and failure.status >= 500
-            and not isinstance(failure, ServerBusyError)
-        )
-        if marks_down:
-            member.availability.failed()
-        movable = marks_down or isinstance(failure, _MOVE_ON)
-        if (
-            not movable
-            or self._closed
-            or journey.server is not None
-            or journey.tool_calls_sent
-        ):
-            raise failure
-        member.failures_total += 1
-        journey.tried.add(member.name)
-        _LOGGER.info(
-            "request %s failed on %s (%s); moving it to the next server",
-            journey.seq,
-            member.name,
-            type(failure).__name__,
-        )
-        journey.failed = failure
-
-    # --- placement -------------------------------------------------------------------------------
-
-    async def _place(self, journey: _Journey, previous: _Member | None) -> _Member:
-        """Return the server of the next attempt: routed among those up, else woken; or raise."""
-        lane = journey.lane
-        names = (journey.server,) if journey.server is not None else self.route(lane)
-        while True:
-            able: list[_Member] = []
-            reasons: list[str] = []
-            breaches: list[LimitExceededError] = []
-            for name in names:
-                if name in journey.tried:
-                    continue
-                member = self._members.get(name)
-                if member is None:
-                    raise NoServerError(
-                        lane=lane.key, reason=f"the pool has no server named {name}"
-                    )
-                refusal = self._refusal(member, journey.request, journey.shape, lane)
-                if isinstance(refusal, LimitExceededError):
-                    breaches.append(refusal)
-                    reasons.append(f"{name}: {refusal.message}")
-                elif refusal is not None:
-                    reasons.append(f"{name}: {refusal}")
-                else:
-                    able.append(member)
-            if not able:
-                if breaches and len(breaches) == len(reasons) and not journey.tried:
-                    raise breaches[0]  # the request breaks its lane's limits everywhere
-                raise self._nothing_left(journey, reasons, previous)
-            up = [m for m in able if m.availability.state is ServerState.UP]
-            if up:
-                chosen = self._router.choose(
-                    [member.candidate for member in up],
-                    journey.shape,
-                    lane,
-                    journey.max_tokens
-                    if journey.max_tokens is not None
-                    else lane.defaults.default_output_tokens,
-                    self._clock(),
-                )
-                member = self._members[chosen.server]
-                journey.expected_ttft_s = chosen.ttft_s
-                break
-            if lane.urgent:
-                raise NoServerError(
-                    lane=lane.key,
-                    reason="every server that may serve it is down or asleep",
-                )
-            sleeping = [m for m in able if m.availability.can_wake]
-            if not sleeping:
-                raise NoServerError(
-                    lane=lane.key, reason="every server that may serve it is down"
-                )
-            waking = [m for m in sleeping if m.availability.state is ServerState.WAKING]
-            member = (waking or sleeping)[0]
-            if await member.availability.awake():
-                journey.expected_ttft_s = 0.0
-                break
-            journey.tried.add(member.name)
-            journey.failed = WakeTimeoutError(
-                lane=lane.key,
-                server=member.name,
-                limit_s=member.config.power.wake_limit_s,
-            )
-        member.candidate.recent.note(journey.shape.keys)
-        journey.path.append(member.name)
-        if previous is not None and previous is not member:
-            journey.failovers += 1
-            self._failovers_total += 1
-            if journey.parts:
-                journey.resumed_on = member.name
-                member.resumed_total += 1
-        return member
-
-    def _nothing_left(
-        self, journey: _Journey, reasons: list[str], previous: _Member | None
-    ) -> LanesError:
-        """Return the error of a request no server is left for."""
-        if isinstance(journey.failed, LanesError):
-            return journey.failed
-        lane = journey.lane.key
-        if previous is not None or journey.tried:
-            return NoServerError(
-                lane=lane, reason="every server that may serve it failed"
-            )
-        return NoServerError(
-            lane=lane,
-            reason="; ".join(reasons) or "the pool has no server for this lane",
-        )
-
-    def _refusal(
-        self, member: _Member, request: ChatRequest, shape: PromptShape, lane: Lane
-    ) -> LimitExceededError | str | None:
-        """Why ``member`` cannot serve the request (None: it can)."""
-        limits = member.scheduler.settings.lanes.get(lane)
-        if limits is None:
-            return f"it has no {lane.key} lane"
-        output = (
-            request.max_tokens
-            if request.max_tokens is not None
-            else limits.default_output_tokens
-        )
-        breach = limits.refusal(lane, prompt_tokens=shape.tokens, output_tokens=output)
-        if breach is not None:
-            return breach
-        return member.candidate.capabilities.refusal(request, shape.tokens, output)
-
-    def _preferred(self, lane: Lane, now: float) -> _Member | None:
-        """Return the server the lane's next request would go to now (short, nothing warm)."""
-        probe = ChatRequest(
-            model=ANY_MODEL, messages=(ChatMessage(role="user", content="?"),)
-        )
-        shape = self._router.shape(probe, 1)
-        up = [
-            member
-            for name in self.route(lane)
-            if (member := self._members[name]).availability.state is ServerState.UP
-        ]
-        if not up:
-            return None
-        estimates = [
-            self._router.estimate(member.candidate, shape, lane, 1, now)
-            for member in up
-        ]
-        best = min(estimates, key=lambda e: e.felt_s)
-        return self._members[best.server]
-
-    # --- the end of a request ----------------------------------------------------------------------
-
-    def _ended(
-        self,
-        member: _Member,
-        records: list[FinishedRequest],
-        journey: _Journey,
-        chunk: StreamChunk,
-    ) -> None:
-        """Learn from an attempt that answered to its end on ``member``."""
-        journey.records.extend((member.name, record) for record in records)
-        member.served_total += 1
-        if records:
-            member.candidate.observed.learn(records[-1], chunk.usage)
-
     def _finish(
         self,
-        journey: _Journey,
-        member: _Member | None,
+        journey: Journey,
+        member: Member | None,
         outcome: str,
         error: str | None,
     ) -> None:
@@ -942,52 +420,7 @@ class ServerPool:
         if self._live.pop(journey.seq, None) is None:
             return
         self._requests_total += 1
-        now = self._clock()
-        last = journey.records[-1][1] if journey.records else None
-        lane = last.lane if last is not None else journey.lane
-        limits = (
-            member.scheduler.settings.lanes[lane]
-            if member is not None and lane in member.scheduler.settings.lanes
-            else lane.defaults
-        )
-        ttft = (
-            None
-            if journey.first_token_at is None
-            else journey.first_token_at - journey.arrived_at
-        )
-        itl_p95 = request_itl_p95(journey.gaps)
-        queue_wait = (
-            journey.submitted_at - journey.arrived_at + last.queue_wait_s
-            if last is not None
-            else now - journey.arrived_at
-        )
-        record = FinishedRequest(
-            request_id=f"pool-{journey.seq}",
-            lane=lane,
-            requester=journey.requester,
-            outcome=outcome,
-            error=error,
-            queue_wait_s=queue_wait,
-            ttft_s=ttft,
-            itl_p95_s=itl_p95,
-            itl_max_s=max(journey.gaps) if journey.gaps else None,
-            e2e_s=now - journey.arrived_at,
-            prompt_tokens=journey.records[0][1].prompt_tokens
-            if journey.records
-            else journey.shape.tokens,
-            output_tokens=journey.output_tokens
-            if journey.resumed_on is not None or last is None
-            else last.output_tokens,
-            token_source=last.token_source if last is not None else "estimate",
-            preemptions=sum(r.preemptions for _, r in journey.records),
-            met_ttft=ttft is not None and ttft <= limits.ttft_slo_s,
-            met_itl=outcome != "rejected"
-            and (itl_p95 is None or itl_p95 <= limits.itl_slo_s),
-            server=member.name if member is not None else None,
-            failovers=journey.failovers,
-            resumed_on=journey.resumed_on,
-            path=tuple(journey.path),
-        )
+        record = journey.record(member, outcome, error, self._clock())
         if journey.sink is not None:
             journey.sink.append(record)
         for listener in tuple(self._listeners):
@@ -1000,33 +433,9 @@ class ServerPool:
         if self._closed:
             raise SchedulerClosedError
 
-    def _member(self, server: str) -> _Member:
+    def _member(self, server: str) -> Member:
         """Return the member named ``server`` (KeyError: none is)."""
         member = self._members.get(server)
         if member is None:
             raise KeyError(f"the pool has no server named {server!r}")
         return member
-
-
-def _check_members(members: Sequence[PoolMember], settings: PoolSettings) -> None:
-    """Raise ValueError when two members share a name or a route names an unknown server."""
-    names: set[str] = set()
-    for config in members:
-        if config.name in names:
-            raise ValueError(f"two servers of the pool are named {config.name!r}")
-        names.add(config.name)
-    for lane, route in settings.routes.items():
-        unknown = [name for name in route if name not in names]
-        if unknown:
-            raise ValueError(
-                f"the route of the {lane.key} lane names unknown servers: {', '.join(unknown)}"
-            )
-
-
-def _noting_activity(availability: Availability) -> Listener:
-    """Return a member scheduler's listener: each request that ends there is activity."""
-
-    def note(_record: FinishedRequest) -> None:
-        availability.activity()
-
-    return note

@@ -46,8 +46,9 @@ import statistics
 
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatRequest, TokenUsage
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.server_load import ServerLoad
-from custom_components.llm_lanes.core.slots import PrefixKeys, prefix_keys
+from custom_components.llm_lanes.core.slots import prefix_keys
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 from custom_components.llm_lanes.core.tokens import estimate_prompt_tokens
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from custom_components.llm_lanes.core.foreground import Foreground
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.prefill_steps import PrefillCost
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.run_state import RunState
 from custom_components.llm_lanes.core.settings import SchedulerSettings
-from custom_components.llm_lanes.core.slots import PrefixKeys, SlotPlacer
+from custom_components.llm_lanes.core.slots import SlotPlacer
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.errors import BackendError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import ChatRequest
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.tokens import CHARS_PER_TOKEN
 
@@ -62,18 +63,6 @@ KEEP_MIN = 0.5
 cache first (llama.cpp's ``f_keep``)."""
 URGENT_PREFIX_MEMORY_S = 600.0
 """How long a prefix an urgent request used keeps its first claim on warm slots."""
-
-
-@dataclass(frozen=True, slots=True)
-class PrefixKeys:
-    """Digests of the parts of a prompt that recur: the stable prefix and the conversation."""
-
-    stable: str | None
-    """System messages and tool schemas (the Assist prompt); None when the request has none."""
-    conversation: str | None
-    """The stable prefix plus the conversation's first user message (a chat's later turns)."""
-    stable_tokens: int = 0
-    """The stable prefix's length (estimated tokens)."""
 
 
 def prefix_keys(request: ChatRequest) -> PrefixKeys:

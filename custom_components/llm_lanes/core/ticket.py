@@ -14,8 +14,8 @@ from dataclasses import replace
 from custom_components.llm_lanes.core.lanes import LaneLimits
 from custom_components.llm_lanes.core.metrics import GroupStats, request_itl_p95
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
+from custom_components.llm_lanes.core.prompt_prefixes import PrefixKeys
 from custom_components.llm_lanes.core.run_state import QueuedRequest
-from custom_components.llm_lanes.core.slots import PrefixKeys
 from custom_components.llm_lanes.core.snapshot import FinishedRequest
 
 

@@ -14,10 +14,11 @@ import aiohttp
 from aiohttp import web
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import Backend, BackendTimeouts
+from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.backends.ollama import OllamaBackend
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
+from custom_components.llm_lanes.core.backends.transport import BackendTimeouts
 from custom_components.llm_lanes.core.errors import (
     AuthError,
     BackendConnectionError,

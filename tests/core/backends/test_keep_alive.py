@@ -21,9 +21,9 @@ from typing import Self
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import BackendTimeouts
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
+from custom_components.llm_lanes.core.backends.transport import BackendTimeouts
 from custom_components.llm_lanes.core.errors import (
     FirstTokenTimeoutError,
     StreamClosedError,

@@ -14,7 +14,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import ServerMetrics
 from custom_components.llm_lanes.core.backends.detect import (
     connect,
     create_backend,
@@ -36,6 +35,7 @@ from custom_components.llm_lanes.core.backends.reports import (
     VersionAt,
     max_model_len,
 )
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.core.protocols.openai_requests import chat_body
 

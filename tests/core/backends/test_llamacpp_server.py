@@ -15,11 +15,13 @@ from typing import Any
 import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.base import BackendTimeouts
 from custom_components.llm_lanes.core.backends.detect import connect, detect_server_kind
 from custom_components.llm_lanes.core.backends.kinds import ServerKind
 from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
-from custom_components.llm_lanes.core.backends.transport import HttpClient
+from custom_components.llm_lanes.core.backends.transport import (
+    BackendTimeouts,
+    HttpClient,
+)
 from custom_components.llm_lanes.core.errors import ToolsUnsupportedError
 from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.model import (

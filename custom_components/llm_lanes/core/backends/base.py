@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.model import ChatRequest, StreamChunk
 
 if TYPE_CHECKING:
@@ -44,44 +45,12 @@ class ServerInfo:
     Studio). Another variant under the same name is another model."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerMetrics:
-    """Live load of the server, from whatever it exposes (None where it says nothing)."""
-
-    requests_running: int | None = None
-    requests_waiting: int | None = None
-    kv_cache_usage: float | None = None
-    """Fraction 0..1 of the KV cache in use."""
-    preemptions: int | None = None
-    slots_total: int | None = None
-    slots_busy: int | None = None
-    loaded_models: tuple[str, ...] = ()
-    prompt_tokens_total: int | None = None
-    output_tokens_total: int | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class PrefillStep:
     """What one prefill step cost the server."""
 
     evaluated_tokens: int
     seconds: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BackendTimeouts:
-    """How long a backend waits for the server before it gives up with a typed error."""
-
-    connect_s: float = 10.0
-    """Opening the TCP connection."""
-    request_s: float = 30.0
-    """A whole non-streaming call (server info, models, metrics)."""
-    first_token_s: float = 120.0
-    """From sending a chat request to its first streamed line (covers a cold model load)."""
-    idle_s: float = 60.0
-    """The longest silence between two streamed lines once the stream has started."""
-    warm_up_s: float = 300.0
-    """Loading a model into memory."""
 
 
 class Backend(ABC):

@@ -13,13 +13,14 @@ from typing import Any, Unpack
 
 import aiohttp
 
-from custom_components.llm_lanes.core.backends.base import ServerInfo, ServerMetrics
+from custom_components.llm_lanes.core.backends.base import ServerInfo
 from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
     ServerProfile,
     WireApi,
 )
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.backends.transport import ConnectionOptions
 from custom_components.llm_lanes.core.model import (
     ChatRequest,

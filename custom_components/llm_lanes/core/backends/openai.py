@@ -15,11 +15,7 @@ from contextlib import aclosing
 import logging
 from typing import Any
 
-from custom_components.llm_lanes.core.backends.base import (
-    PrefillStep,
-    ServerInfo,
-    ServerMetrics,
-)
+from custom_components.llm_lanes.core.backends.base import PrefillStep, ServerInfo
 from custom_components.llm_lanes.core.backends.http_backend import HttpBackend
 from custom_components.llm_lanes.core.backends.kinds import (
     ServerKind,
@@ -34,6 +30,7 @@ from custom_components.llm_lanes.core.backends.reports import (
     models_data,
     served_models,
 )
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
 from custom_components.llm_lanes.core.model import (
     ChatRequest,

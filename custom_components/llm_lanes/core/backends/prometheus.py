@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 import math
 
-from custom_components.llm_lanes.core.backends.base import ServerMetrics
 from custom_components.llm_lanes.core.backends.prometheus_text import parse
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 
 
 def parse_samples(text: str) -> dict[str, float]:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from custom_components.llm_lanes.core.backends.base import ServerMetrics
 from custom_components.llm_lanes.core.backends.prometheus import parse_samples
+from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
 from custom_components.llm_lanes.core.backends.transport import HttpClient
 from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
 

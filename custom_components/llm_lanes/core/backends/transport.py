@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 import json
 import logging
 from typing import Any, TypedDict, Unpack
@@ -20,7 +21,6 @@ import aiohttp
 from aiohttp import hdrs
 from yarl import URL
 
-from custom_components.llm_lanes.core.backends.base import BackendTimeouts
 from custom_components.llm_lanes.core.errors import (
     BackendConnectionError,
     BackendError,
@@ -34,6 +34,22 @@ from custom_components.llm_lanes.core.model import StreamChunk
 from custom_components.llm_lanes.core.protocols.common import StreamDecoder
 
 _LOGGER = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackendTimeouts:
+    """How long a backend waits for the server before it gives up with a typed error."""
+
+    connect_s: float = 10.0
+    """Opening the TCP connection."""
+    request_s: float = 30.0
+    """A whole non-streaming call (server info, models, metrics)."""
+    first_token_s: float = 120.0
+    """From sending a chat request to its first streamed line (covers a cold model load)."""
+    idle_s: float = 60.0
+    """The longest silence between two streamed lines once the stream has started."""
+    warm_up_s: float = 300.0
+    """Loading a model into memory."""
 
 
 def normalize_base_url(base_url: str) -> str:

@@ -139,7 +139,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: LLMLanesConfigEntry) -> 
         settings=job_settings_from_options(entry.options),
         route=home.job_route(entry),
     )
-    async_remove_deleted_client_sensors(hass, entry)
+    async_remove_deleted_client_sensors(hass, entry.entry_id, entry.subentries)
     requesters = RequesterRegistry(requesters_with_sensors(hass, entry.entry_id))
     requesters.allow(scheduler.settings.requester_quotas)  # the options name them
     calibration = Calibration(hass, entry.entry_id)
@@ -204,7 +204,7 @@ async def _async_entry_updated(hass: HomeAssistant, entry: LLMLanesConfigEntry) 
     (its task starts on the next turn of the loop), so that its set-up reads every change, and
     runs once: the first of these tasks replaces the set-up the others were started for.
     """
-    async_remove_deleted_client_sensors(hass, entry)
+    async_remove_deleted_client_sensors(hass, entry.entry_id, entry.subentries)
     runtime = entry.runtime_data
     if (
         dict(entry.data) != runtime.data

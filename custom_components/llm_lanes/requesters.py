@@ -14,12 +14,11 @@ automations Home Assistant knows always; named requesters (job names, clients, f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from enum import StrEnum
 import re
 from typing import Final
 
-from homeassistant.config_entries import ConfigEntry
 from homeassistant.const import ATTR_FRIENDLY_NAME
 from homeassistant.core import Context, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr, entity_registry as er
@@ -144,7 +143,7 @@ def requesters_with_sensors(hass: HomeAssistant, entry_id: str) -> set[str]:
 
 @callback
 def async_remove_deleted_client_sensors(
-    hass: HomeAssistant, entry: ConfigEntry
+    hass: HomeAssistant, entry_id: str, client_ids: Collection[str]
 ) -> None:
     """Remove the token sensors of the server's gateway clients that were deleted.
 
@@ -155,14 +154,14 @@ def async_remove_deleted_client_sensors(
     whenever the entry changes.
     """
     registry = er.async_get(hass)
-    prefix = requester_sensor_prefix(entry.entry_id)
-    for registry_entry in er.async_entries_for_config_entry(registry, entry.entry_id):
+    prefix = requester_sensor_prefix(entry_id)
+    for registry_entry in er.async_entries_for_config_entry(registry, entry_id):
         if registry_entry.domain != "sensor" or not registry_entry.unique_id.startswith(
             prefix
         ):
             continue
         kind, _, ident = registry_entry.unique_id.removeprefix(prefix).partition(":")
-        if kind == _Kind.CLIENT and ident not in entry.subentries:
+        if kind == _Kind.CLIENT and ident not in client_ids:
             registry.async_remove(registry_entry.entity_id)
 
 

@@ -7,6 +7,10 @@ scripts/bench run --server URL1 --server URL2 --scenario failover_evening \
 scripts/bench sweep --server sim --scenario rag_heavy \
         --grid max_sequences=2,4,8 --grid prefill_budget=1024,8192 --out /tmp/sweep
 scripts/bench curve --server sim --out /tmp/curve   (the server's batch curve)
+scripts/bench ablate --server engine:costs=gpu --scenario assist_evening \
+        --scenario voice_vs_background --out /tmp/ablation   (each mechanism on and off)
+scripts/bench frontier --server engine:costs=gpu --scenario assist_evening --out /tmp/frontier
+        (voice TTFT p95 against background tokens/s over the knobs; the defaults' place)
 scripts/bench micro ...      (the scheduler's micro-benchmark)
 """
 
@@ -17,6 +21,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 import contextlib
 from dataclasses import dataclass
+import functools
 import json
 import logging
 from pathlib import Path
@@ -58,6 +63,14 @@ from custom_components.llm_lanes.core.bench.workload import (
 )
 from custom_components.llm_lanes.core.errors import BackendConnectionError
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from tools.bench.ablation import ablation_dict, ablation_markdown, run_ablation
+from tools.bench.frontier import (
+    DEFAULT_GRID,
+    FrontierPoint,
+    frontier_dict,
+    frontier_markdown,
+    map_frontier,
+)
 from tools.bench.servers import (
     lane_servers,
     open_servers,
@@ -126,14 +139,17 @@ def _settings(args: argparse.Namespace, server: ServerDescription) -> SchedulerS
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:
-    source = args.scenario
+    return _named_scenario(args.scenario, args.duration)
+
+
+def _named_scenario(source: str | Path, duration: float | None) -> Scenario:
     if not Path(source).exists() and (SCENARIO_DIR / f"{source}.json").exists():
         source = SCENARIO_DIR / f"{source}.json"
     scenario = load_scenario(source)
-    if args.duration is not None:
+    if duration is not None:
         from custom_components.llm_lanes.core.bench.calibrate import shorten  # noqa: PLC0415
 
-        scenario = shorten(scenario, args.duration)
+        scenario = shorten(scenario, duration)
     return scenario
 
 
@@ -397,6 +413,93 @@ async def _curve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bar(duration_s: float, label: str) -> ProgressBar:
+    return ProgressBar(duration_s, label[:24])
+
+
+async def _ablate(args: argparse.Namespace) -> int:
+    scenarios = [_named_scenario(name, args.duration) for name in args.scenario]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    profile = ", ".join(args.server)
+    sections: list[str] = []
+    found: list[dict[str, Any]] = []
+    async with open_target(args) as target:
+        settings = _settings(args, target.server)
+        for scenario in scenarios:
+            await wait_idle(target.backend, target.time_scale)
+            ablation = await run_ablation(
+                target.backend,
+                scenario,
+                server=target.server,
+                base_settings=settings,
+                seeds=args.seeds,
+                time_scale=target.time_scale,
+                prompt_scale=args.prompt_scale,
+                progress_for=functools.partial(_bar, scenario.duration_s),
+            )
+            section = ablation_markdown(ablation, profile)
+            print(section, flush=True)
+            sections.append(section)
+            found.append(ablation_dict(ablation))
+    (out / "ablation.md").write_text(
+        f"# Ablation on {profile}\n\n" + "\n".join(sections), encoding="utf-8"
+    )
+    (out / "ablation.json").write_text(
+        json.dumps({"server": profile, "scenarios": found}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    print(f"ablation written to {out}")
+    return 0
+
+
+async def _frontier(args: argparse.Namespace) -> int:
+    scenarios = [_named_scenario(name, args.duration) for name in args.scenario]
+    grid = parse_grid(args.grid) if args.grid else DEFAULT_GRID
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    profile = ", ".join(args.server)
+    sections: list[str] = []
+    found: list[dict[str, Any]] = []
+
+    def on_point(point: FrontierPoint) -> None:
+        p95 = point.figures.voice_ttft_p95
+        print(
+            f"{point.label:<60} voice p95 {_s(p95):>8}  background "
+            f"{point.background:7.1f} tok/s",
+            flush=True,
+        )
+
+    async with open_target(args) as target:
+        settings = _settings(args, target.server)
+        for scenario in scenarios:
+            await wait_idle(target.backend, target.time_scale)
+            points = await map_frontier(
+                target.backend,
+                scenario,
+                server=target.server,
+                base_settings=settings,
+                grid=grid,
+                seeds=args.seeds,
+                time_scale=target.time_scale,
+                prompt_scale=args.prompt_scale,
+                on_point=on_point,
+            )
+            section = frontier_markdown(points, f"{scenario.name} on {profile}")
+            print(section, flush=True)
+            sections.append(section)
+            found.append(frontier_dict(scenario.name, points))
+    (out / "frontier.md").write_text(
+        f"# Frontier on {profile}\n\n" + "\n".join(sections), encoding="utf-8"
+    )
+    (out / "frontier.json").write_text(
+        json.dumps({"server": profile, "scenarios": found}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    print(f"frontier written to {out}")
+    return 0
+
+
 def _add_server(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server",
@@ -478,6 +581,32 @@ def build_parser() -> argparse.ArgumentParser:
     curve.add_argument(
         "--sequences", type=int, help="largest batch (default: the server's slots)"
     )
+    for name, text in (
+        ("ablate", "run each voice-first mechanism on and off against the defaults"),
+        ("frontier", "map voice TTFT p95 against background tokens/s over the knobs"),
+    ):
+        command = commands.add_parser(name, help=text)
+        _add_server(command)
+        command.add_argument(
+            "--scenario", required=True, action="append", help="repeat for several"
+        )
+        command.add_argument(
+            "--set",
+            action="append",
+            metavar="KEY=VALUE",
+            help="scheduler setting override",
+        )
+        command.add_argument("--duration", type=float, help="override each duration_s")
+        command.add_argument("--prompt-scale", type=float, default=1.0)
+        command.add_argument(
+            "--seeds", type=int, default=1,
+            help="run each setting with this many seeds and pool them (a p95 of 40+ voice commands each)",
+        )  # fmt: skip
+        if name == "frontier":
+            command.add_argument(
+                "--grid", action="append", metavar="KEY=V1,V2",
+                help="knob values (default: headroom, prefill_step_s, prefill_guard_tokens, background_share)",
+            )  # fmt: skip
     commands.add_parser("micro", help="the scheduler's micro-benchmark", add_help=False)
     return parser
 
@@ -494,7 +623,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    command = {"run": _run, "curve": _curve, "sweep": _sweep}[args.command]
+    command = {
+        "run": _run,
+        "curve": _curve,
+        "sweep": _sweep,
+        "ablate": _ablate,
+        "frontier": _frontier,
+    }[args.command]
     try:
         # The in-process engine runs on virtual time: a scenario of minutes in seconds, the
         # same way every time, whatever else the machine does.

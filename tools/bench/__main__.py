@@ -437,6 +437,7 @@ async def _ablate(args: argparse.Namespace) -> int:
                 time_scale=target.time_scale,
                 prompt_scale=args.prompt_scale,
                 progress_for=functools.partial(_bar, scenario.duration_s),
+                between=functools.partial(wait_idle, target.backend, target.time_scale),
             )
             section = ablation_markdown(ablation, profile)
             print(section, flush=True)
@@ -484,6 +485,7 @@ async def _frontier(args: argparse.Namespace) -> int:
                 time_scale=target.time_scale,
                 prompt_scale=args.prompt_scale,
                 on_point=on_point,
+                between=functools.partial(wait_idle, target.backend, target.time_scale),
             )
             section = frontier_markdown(points, f"{scenario.name} on {profile}")
             print(section, flush=True)

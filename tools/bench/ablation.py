@@ -8,7 +8,7 @@ mechanism whether it pays there: what voice and background get with it, against 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 import secrets
 from typing import Any
@@ -27,7 +27,8 @@ from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 
 NOISE = 0.05
-"""A change smaller than this share of a figure is no change (seeded runs still differ by it)."""
+"""The least change of a figure that counts; the defaults' two runs (first and last) widen it
+to what the same settings give twice, on each axis."""
 NO_LIMIT = "1000"
 """``background_with_voice`` that never binds: the learned background limit switched off."""
 NO_GUARD = "1000000"
@@ -148,6 +149,8 @@ class Verdict:
     mechanism: Mechanism
     with_it: LaneFigures
     without_it: LaneFigures
+    voice_noise: float = NOISE
+    background_noise: float = NOISE
 
     @property
     def voice_gain(self) -> float | None:
@@ -163,10 +166,13 @@ class Verdict:
 
     @property
     def word(self) -> str:
-        """``pays``, ``trade``, ``costs`` or ``no effect`` (changes within NOISE are none)."""
+        """``pays``, ``trade``, ``costs`` or ``no effect`` (changes within the noise are none)."""
         signs = [
-            0 if gain is None or abs(gain - 1) <= NOISE else (1 if gain > 1 else -1)
-            for gain in (self.voice_gain, self.background_gain)
+            0 if gain is None or abs(gain - 1) <= noise else (1 if gain > 1 else -1)
+            for gain, noise in (
+                (self.voice_gain, self.voice_noise),
+                (self.background_gain, self.background_noise),
+            )
         ]
         if signs == [0, 0]:
             return "no effect"
@@ -197,8 +203,13 @@ async def run_ablation(
     time_scale: float = 1.0,
     prompt_scale: float = 1.0,
     progress_for: Callable[[str], Progress | None] | None = None,
+    between: Callable[[], Awaitable[None]] | None = None,
 ) -> Ablation:
-    """Run direct, the defaults, and each mechanism switched (each ``seeds`` times); judge them."""
+    """Run direct, the defaults, each mechanism switched and the defaults again; judge them.
+
+    Each setting runs ``seeds`` times; ``between`` runs before each setting (waiting until the
+    server is idle, so one run's leftovers do not slow the next).
+    """
     salt = secrets.token_hex(4)
     runs: list[tuple[str, BenchPolicy, dict[str, str]]] = [
         ("direct", "direct", {}),
@@ -212,8 +223,11 @@ async def run_ablation(
         )
         for m in mechanisms
     ]
+    runs.append(("lanes (defaults, again)", "lanes", {}))
     rows: list[AblationRow] = []
     for label, policy, overrides in runs:
+        if between is not None:
+            await between()
         figures = await run_seeds(
             backend,
             scenario,
@@ -227,14 +241,25 @@ async def run_ablation(
             progress=progress_for(label) if progress_for is not None else None,
         )
         rows.append(AblationRow(label, overrides, figures))
-    defaults = rows[1].figures
+    defaults, again = rows[1].figures, rows[-1].figures
+    voice_noise = max(NOISE, _spread(defaults.voice_ttft_p95, again.voice_ttft_p95))
+    background_noise = max(
+        NOISE, _spread(defaults.background_tok_s, again.background_tok_s)
+    )
     verdicts = [
-        Verdict(m, defaults, row.figures)
+        Verdict(m, defaults, row.figures, voice_noise, background_noise)
         if m.on_by_default
-        else Verdict(m, row.figures, defaults)
-        for m, row in zip(mechanisms, rows[2:], strict=True)
+        else Verdict(m, row.figures, defaults, voice_noise, background_noise)
+        for m, row in zip(mechanisms, rows[2:-1], strict=True)
     ]
     return Ablation(scenario.name, rows, verdicts)
+
+
+def _spread(first: float | None, second: float | None) -> float:
+    """How far apart two runs of the same settings are, as a share of the smaller."""
+    if first is None or second is None or not min(first, second):
+        return 0.0
+    return abs(first - second) / min(first, second)
 
 
 def _ms(value: float | None) -> str:
@@ -268,6 +293,15 @@ def ablation_markdown(ablation: Ablation, profile: str) -> str:
         f"| {v.mechanism.name} | {_x(v.voice_gain)} | {_x(v.background_gain)} | {v.word} |"
         for v in ablation.verdicts
     ]
+    if ablation.verdicts:
+        first = ablation.verdicts[0]
+        lines += [
+            "",
+            (
+                f"Noise (the defaults run twice): voice p95 {first.voice_noise:.0%}, "
+                f"background {first.background_noise:.0%}; changes within it are no effect."
+            ),
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,7 @@ without losing on the other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 import secrets
 from typing import Any
@@ -123,6 +123,7 @@ async def map_frontier(
     prompt_scale: float = 1.0,
     progress_for: Callable[[str], Progress | None] | None = None,
     on_point: Callable[[FrontierPoint], None] | None = None,
+    between: Callable[[], Awaitable[None]] | None = None,
 ) -> list[FrontierPoint]:
     """Run the defaults and every combination of ``grid``; return the points, frontier marked."""
     salt = secrets.token_hex(4)
@@ -130,6 +131,8 @@ async def map_frontier(
     settings_run += [(overrides, False) for overrides in combinations(grid)]
     points: list[FrontierPoint] = []
     for overrides, defaults in settings_run:
+        if between is not None:
+            await between()
         label = (
             "defaults"
             if defaults

@@ -82,7 +82,7 @@ def test_ablate_on_the_engine_writes_every_mechanism(tmp_path: Path) -> None:
     (found,) = json.loads((out / "ablation.json").read_text())["scenarios"]
     assert set(found["mechanisms"]) == {m.name for m in MECHANISMS}
     runs = {run["label"]: run for run in found["runs"]}
-    assert len(runs) == 2 + len(MECHANISMS)
+    assert len(runs) == 3 + len(MECHANISMS)
     assert (
         runs["direct"]["voice_finished"] == runs["lanes (defaults)"]["voice_finished"]
     )

@@ -14,11 +14,15 @@ import logging
 from typing import Any
 
 from aiohttp import web
+from homeassistant.const import CONF_URL
+from homeassistant.core import HomeAssistant
 import ollama
 import openai
 import pytest
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.llm_lanes.const import DOMAIN
+from custom_components.llm_lanes.gateway.addresses import hide_addresses
 from tests.support.entries import MODEL
 from tools.simulator.server import SimulatedServer
 
@@ -175,3 +179,23 @@ async def test_a_stream_cut_short_ends_naming_the_server(
     ]
     assert len(errors) == 1
     assert_no_address(json.dumps(errors[0]), sim)
+
+
+async def test_every_form_of_an_address_is_replaced(hass: HomeAssistant) -> None:
+    """A URL with its path, ``host:port`` and asyncio's ``('host', port)``; a title as it is."""
+    title = r"GPU \1 box"  # a backslash: no group reference of a replacement
+    MockConfigEntry(
+        domain=DOMAIN, title=title, data={CONF_URL: "http://10.0.0.5:8080/v1/"}
+    ).add_to_hass(hass)
+    MockConfigEntry(
+        domain=DOMAIN, title="Mini", data={CONF_URL: "http://mini.lan:11434"}
+    ).add_to_hass(hass)
+    name = f"the LLM server {title!r}"
+    assert hide_addresses(
+        hass,
+        "cannot connect to http://10.0.0.5:8080/v1/chat/completions: Connect call failed "
+        "('10.0.0.5', 8080); host 10.0.0.5:8080. Then http://mini.lan:11434/api/chat.",
+    ) == (
+        f"cannot connect to {name}: Connect call failed {name}; host {name}. "
+        "Then the LLM server 'Mini'."
+    )

@@ -279,8 +279,9 @@ def http_error(
     elif status in (400, 500, 501) and "embedding" in lowered and "support" in lowered:
         kind = EmbeddingsUnsupportedError
         message = (
-            f"{url} computes no embeddings (start llama-server with --embeddings, or "
-            f"use a model that computes them): {detail}"
+            f"{url} computes no embeddings (llama-server computes them when started "
+            f"with --embeddings and an embedding model; on Ollama, use an embedding model): "
+            f"{detail}"
         )
     return kind(message, status=status, body=detail, url=url)
 

@@ -118,6 +118,10 @@ async def test_ollama_shape(
         await gateway.ollama("wrong").chat(model=MODEL, messages=HELLO)
     assert unauthorized.value.status_code == 401
     assert "invalid or missing API key" in unauthorized.value.error
+    # The key of the Ollama endpoint is in its host URL; its access tokens are the other's.
+    assert "host URL" in unauthorized.value.error
+    assert "OpenAI" not in unauthorized.value.error
+    assert "access token" not in unauthorized.value.error
 
     with pytest.raises(ollama.ResponseError) as bad_role:
         await api.chat(model=MODEL, messages=[{"role": "robot", "content": "?"}])

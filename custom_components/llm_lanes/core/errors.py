@@ -188,9 +188,11 @@ class StreamIdleTimeoutError(BackendTimeoutError):
 class BackendHTTPError(BackendError):
     """The server answered with an HTTP error status."""
 
-    def __init__(self, message: str, *, status: int, body: str = "") -> None:
-        """Keep the status and a short body excerpt."""
-        super().__init__(message, status=str(status))
+    def __init__(
+        self, message: str, *, status: int, body: str = "", url: str = ""
+    ) -> None:
+        """Keep the status and a short body excerpt (``url``: what answered it)."""
+        super().__init__(message, status=str(status), url=url)
         self.status = status
         self.body = body
 
@@ -217,6 +219,12 @@ class ToolsUnsupportedError(BackendHTTPError):
     """The server cannot take tools (llama.cpp without ``--jinja``)."""
 
     translation_key = "tools_unsupported"
+
+
+class EmbeddingsUnsupportedError(BackendHTTPError):
+    """The server computes no embeddings (llama.cpp without ``--embeddings``, a chat-only model)."""
+
+    translation_key = "embeddings_unsupported"
 
 
 class MalformedStreamError(BackendError):
@@ -253,22 +261,29 @@ def http_error(
     detail = error_text(body)
     lowered = detail.lower()
     kind: type[BackendHTTPError] = BackendHTTPError
-    message = f"the server at {url} answered HTTP {status}: {detail or 'no details'}"
+    message = f"{url} answered HTTP {status}: {detail or 'no details'}"
     if status in (401, 403):
         kind = AuthError
-        message = f"the server at {url} refused the request (HTTP {status}): {detail or 'check the API key'}"
+        message = f"{url} refused the request (HTTP {status}): {detail or 'check the API key'}"
     elif status in (429, 503):
         kind = ServerBusyError
-        message = f"the server at {url} is busy (HTTP {status}): {detail or 'try again later'}"
+        message = f"{url} is busy (HTTP {status}): {detail or 'try again later'}"
     elif status == 404 and model is not None and ("model" in lowered or not detail):
         kind = ModelNotFoundError
-        message = f"model {model!r} is not available on the server at {url}: {detail or 'not found'}"
+        message = f"model {model!r} is not available at {url}: {detail or 'not found'}"
     elif status in (400, 500) and (
         "jinja" in lowered or ("tool" in lowered and "support" in lowered)
     ):
         kind = ToolsUnsupportedError
-        message = f"the server at {url} cannot use tools (start llama-server with --jinja): {detail}"
-    return kind(message, status=status, body=detail)
+        message = f"{url} cannot use tools (start llama-server with --jinja): {detail}"
+    elif status in (400, 500, 501) and "embedding" in lowered and "support" in lowered:
+        kind = EmbeddingsUnsupportedError
+        message = (
+            f"{url} computes no embeddings (llama-server computes them when started "
+            f"with --embeddings and an embedding model; on Ollama, use an embedding model): "
+            f"{detail}"
+        )
+    return kind(message, status=status, body=detail, url=url)
 
 
 # --- wire formats ------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ async def async_authenticate(
     found = find_client(request.app[KEY_HASS], api_key) if api_key else None
     if found is None:
         await process_wrong_login(_without_key(request))
-        raise unauthorized()
+        raise unauthorized(ollama=not users)
     process_success_login(request)
     entry, client = found
     return Caller(

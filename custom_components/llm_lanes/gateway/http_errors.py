@@ -20,6 +20,7 @@ from custom_components.llm_lanes.core.errors import (
     BackendConnectionError,
     BackendHTTPError,
     BackendTimeoutError,
+    EmbeddingsUnsupportedError,
     InvalidRequestError,
     LanesError,
     LimitExceededError,
@@ -47,6 +48,7 @@ use at a time."""
 INVALID_REQUEST: Final = "invalid_request_error"
 AUTHENTICATION: Final = "authentication_error"
 NOT_FOUND: Final = "not_found_error"
+NOT_SUPPORTED: Final = "not_supported_error"
 RATE_LIMIT: Final = "rate_limit_error"
 UNAVAILABLE: Final = "server_error"
 
@@ -74,14 +76,17 @@ class GatewayError(Exception):
         self.retry_after = retry_after
 
 
-def unauthorized() -> GatewayError:
-    """Refuse a key that is missing or matches no client."""
+def unauthorized(*, ollama: bool = False) -> GatewayError:
+    """Refuse a key that is missing or matches no client (``ollama``: the key is in the URL)."""
+    message = (
+        "invalid or missing API key: the host URL must end with a client key of LLM Lanes "
+        "(.../api/llm_lanes/ollama/<client key>)"
+        if ollama
+        else "invalid or missing API key (a client key of LLM Lanes, or a Home Assistant "
+        "access token)"
+    )
     return GatewayError(
-        HTTPStatus.UNAUTHORIZED,
-        "invalid or missing API key (a client key of LLM Lanes, or on the OpenAI endpoint a "
-        "Home Assistant access token)",
-        kind=AUTHENTICATION,
-        code="invalid_api_key",
+        HTTPStatus.UNAUTHORIZED, message, kind=AUTHENTICATION, code="invalid_api_key"
     )
 
 
@@ -146,6 +151,7 @@ _STATUSES: tuple[
     (SchedulerClosedError,  HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_unavailable", None,    UNAVAILABLE_RETRY_AFTER_S),
     (ModelNotFoundError,    HTTPStatus.NOT_FOUND,           NOT_FOUND,       "model_not_found",    "model", None),
     (ToolsUnsupportedError, HTTPStatus.BAD_REQUEST,         INVALID_REQUEST, "tools_unsupported",  "tools", None),
+    (EmbeddingsUnsupportedError, HTTPStatus.NOT_IMPLEMENTED, NOT_SUPPORTED, "embeddings_unsupported", None, None),
     (ServerBusyError,       HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,     "server_busy",        None,    QUEUE_RETRY_AFTER_S),
     (AuthError,             HTTPStatus.BAD_GATEWAY,         UNAVAILABLE,     "server_auth",        None,    None),
     (BackendConnectionError, HTTPStatus.SERVICE_UNAVAILABLE, UNAVAILABLE,    "server_unavailable", None,    UNAVAILABLE_RETRY_AFTER_S),
@@ -154,8 +160,27 @@ _STATUSES: tuple[
 """Engine errors and what they answer, most specific first (the server's own statuses after)."""
 
 
+_ADVICE: Final = {
+    "server_unavailable": "try again later; Home Assistant's log says why",
+    "server_error": "Home Assistant's log has the details",
+    "timeout": "try again later; Home Assistant's log has the details",
+}
+"""What a client can do about a server's failure (its owner reads the rest in the log)."""
+
+
 def http_error_of(err: LanesError) -> GatewayError:
-    """Return the HTTP error of an engine error (a bad gateway for whatever is not listed)."""
+    """Return the HTTP error of an engine error (a bad gateway for whatever is not listed).
+
+    Its message names the server by the address in the engine error: ``addresses`` names it
+    by its title before a client reads it.
+    """
+    error = _http_error_of(err)
+    if (advice := _ADVICE.get(error.code or "")) is not None:
+        error.message = f"{error.message}; {advice}"
+    return error
+
+
+def _http_error_of(err: LanesError) -> GatewayError:
     if isinstance(err, InvalidRequestError):
         return GatewayError(
             HTTPStatus.BAD_REQUEST, err.message, code="invalid_value", param=err.field

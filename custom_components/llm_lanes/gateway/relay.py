@@ -28,6 +28,7 @@ from homeassistant.util.json import json_loads
 from custom_components.llm_lanes.core.errors import LanesError
 from custom_components.llm_lanes.core.model import StreamChunk, TokenUsage
 from custom_components.llm_lanes.core.protocols.common import StreamEncoder
+from custom_components.llm_lanes.gateway.addresses import for_client
 from custom_components.llm_lanes.gateway.auth import Caller
 from custom_components.llm_lanes.gateway.http_errors import (
     GatewayError,
@@ -76,9 +77,11 @@ async def serve(
                 raise unknown_endpoint(request.method, path)
             return await handler(request, caller)
     except GatewayError as err:
-        return wire.error_response(err)
+        return wire.error_response(for_client(request.app[KEY_HASS], err))
     except LanesError as err:
-        return wire.error_response(http_error_of(err))
+        return wire.error_response(
+            for_client(request.app[KEY_HASS], http_error_of(err))
+        )
     except ClientDisconnectedError:
         _LOGGER.debug("A gateway client went away before its answer was complete")
         # Nobody reads it: the connection is closed.
@@ -231,7 +234,8 @@ async def relay(
             async for chunk in chunks:
                 await response.write(encoder.encode(chunk))
         except LanesError as err:
-            await response.write(wire.error_line(http_error_of(err)))
+            error = for_client(request.app[KEY_HASS], http_error_of(err))
+            await response.write(wire.error_line(error))
         except ConnectionResetError as err:
             raise ClientDisconnectedError from err
         except asyncio.CancelledError:

@@ -116,9 +116,10 @@ def _loaded(entry: LLMLanesConfigEntry, *, answering: bool = True) -> ServingEnt
     server = ServingEntry(entry)
     coordinator = server.runtime.server
     if answering and not coordinator.last_update_success:
+        # Not the poll's error: it names the server's address (the repair and log say it).
         raise unavailable(
-            f"the LLM server {entry.title!r} does not answer: "
-            f"{coordinator.last_exception or 'unreachable'}"
+            f"the LLM server {entry.title!r} does not answer; try again later "
+            "(Home Assistant's repairs and log say why)"
         )
     return server
 

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 import json
 import logging
+import os
 from typing import Any, TypedDict, Unpack
 
 import aiohttp
@@ -75,13 +76,18 @@ def _connection_error(
         )
     if isinstance(err, aiohttp.ClientConnectorError):
         return BackendConnectionError(
-            f"cannot connect to {url}: {err.os_error.strerror or err.os_error}", url=url
+            f"cannot connect to {url}: {_os_reason(err.os_error)}", url=url
         )
     if isinstance(err, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return StreamClosedError(
-            f"the server at {url} closed the connection: {err}", url=url
-        )
+        return StreamClosedError(f"{url} closed the connection: {err}", url=url)
     return BackendConnectionError(f"request to {url} failed: {err}", url=url)
+
+
+def _os_reason(err: OSError) -> str:
+    """Say why a connection failed without the address (asyncio's text names host and port)."""
+    if err.errno is not None:
+        return os.strerror(err.errno)
+    return err.strerror or type(err).__name__
 
 
 def _closed_before_answering(err: aiohttp.ClientError) -> bool:
@@ -368,7 +374,7 @@ class StreamLines:
                 ) from err
             except aiohttp.ClientError as err:
                 raise StreamClosedError(
-                    f"the server at {url} closed the stream early: {err}", url=url
+                    f"{url} closed the stream early: {err}", url=url
                 ) from err
             if not line:
                 return  # end of body; the caller decides whether it was complete

@@ -173,9 +173,7 @@ def client_options(options: Mapping[str, Any], *, same_format: bool) -> dict[str
 
 def stream_closed(url: str) -> StreamClosedError:
     """Return the error of a stream that ended before the server said it was done."""
-    return StreamClosedError(
-        f"the server at {url} closed the stream before it was done", url=url
-    )
+    return StreamClosedError(f"{url} closed the stream before it was done", url=url)
 
 
 class PrefixEcho:

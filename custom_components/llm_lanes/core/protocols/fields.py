@@ -13,6 +13,7 @@ from typing import Any, Literal, cast
 from custom_components.llm_lanes.core.errors import InvalidRequestError
 from custom_components.llm_lanes.core.model import ToolCall, ToolSpec
 from custom_components.llm_lanes.core.protocols.common import json_object
+from custom_components.llm_lanes.core.protocols.schemas import check_schema
 
 type Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[Role, ...] = ("system", "user", "assistant", "tool")
@@ -162,7 +163,10 @@ class Fields:
                 ToolSpec(
                     name=function.string("name"),
                     description=function.string("description", default=""),
-                    parameters=function.nested("parameters").value,
+                    parameters=check_schema(
+                        function.nested("parameters").value,
+                        function.name("parameters"),
+                    ),
                 )
             )
         return tuple(tools)

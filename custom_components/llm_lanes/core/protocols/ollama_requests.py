@@ -31,6 +31,7 @@ from custom_components.llm_lanes.core.protocols.common import (
     tools_to_wire,
 )
 from custom_components.llm_lanes.core.protocols.fields import Fields
+from custom_components.llm_lanes.core.protocols.schemas import check_schema
 
 CHAT_PATH = "/api/chat"
 GENERATE_PATH = "/api/generate"
@@ -239,5 +240,5 @@ def _format(raw: Any) -> tuple[dict[str, Any] | None, bool]:
     if raw == "json":
         return None, True
     if isinstance(raw, dict):
-        return raw, False
+        return check_schema(raw, "format"), False
     raise InvalidRequestError("format", 'must be "json" or a JSON schema')

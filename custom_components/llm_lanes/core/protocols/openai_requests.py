@@ -29,6 +29,10 @@ from custom_components.llm_lanes.core.protocols.common import (
     tools_to_wire,
 )
 from custom_components.llm_lanes.core.protocols.fields import Fields
+from custom_components.llm_lanes.core.protocols.schemas import (
+    check_schema,
+    check_tool_choice,
+)
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -154,10 +158,12 @@ def parse_chat(body: Any) -> ParsedChat:
     # The newer name wins over the older one.
     newer = fields.get("max_completion_tokens") is not None
     json_schema, json_mode = _response_format(fields.nested("response_format"))
+    tools = fields.tools()
+    check_tool_choice(fields.get("tool_choice"), tools, "tool_choice")
     request = ChatRequest(
         model=fields.string("model"),
         messages=messages,
-        tools=fields.tools(),
+        tools=tools,
         max_tokens=_max_tokens(
             fields, "max_completion_tokens" if newer else "max_tokens"
         ),
@@ -265,7 +271,7 @@ def _response_format(fields: Fields) -> tuple[dict[str, Any] | None, bool]:
     kind = fields.string("type", default="text")
     if kind == "json_schema":
         spec = fields.nested("json_schema", required=True)
-        return spec.nested("schema", required=True).value, False
+        return check_schema(spec.get("schema"), spec.name("schema")), False
     if kind not in {"text", "json_object"}:
         raise InvalidRequestError(
             fields.name("type"), "must be text, json_object or json_schema"

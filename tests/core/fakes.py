@@ -89,6 +89,10 @@ class FakeBackend(Backend):
     max_active: int = 0
     kind: ServerKind = ServerKind.OLLAMA
     chooses_slots: bool = False
+    counts_prompts: bool = False
+    counted: list[ChatRequest] = field(default_factory=list)
+    """The requests whose prompt it was asked to count."""
+    count_error: Exception | None = None
 
     async def server_info(self) -> ServerInfo:
         """Describe the fake server."""
@@ -116,6 +120,16 @@ class FakeBackend(Backend):
             slot for stream in self.active if (slot := stream.request.slot) is not None
         )
 
+    async def count_prompt_tokens(self, request: ChatRequest) -> int | None:
+        """Count the prompt as ``chat`` will report it (where ``counts_prompts``)."""
+        if not self.counts_prompts:
+            return None
+        self.counted.append(request)
+        await asyncio.sleep(0)  # a round trip
+        if self.count_error is not None:
+            raise self.count_error
+        return _server_prompt(request)
+
     def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
         """Stream numbered tokens, continuing after any assistant prefix."""
         return self._chat(request)
@@ -123,7 +137,7 @@ class FakeBackend(Backend):
     async def _chat(self, request: ChatRequest) -> AsyncGenerator[StreamChunk]:
         options = request.options
         done_before = len(request.assistant_prefix.split())
-        prompt = int(options.get("prompt_tokens", 10)) + done_before
+        prompt = _server_prompt(request)
         stream = ServerStream(request=request, prompt_tokens=prompt)
         self.streams.append(stream)
         self.active.append(stream)
@@ -160,6 +174,12 @@ class FakeBackend(Backend):
             if not stream.finished:
                 stream.closed_early = True
             self.active.remove(stream)
+
+
+def _server_prompt(request: ChatRequest) -> int:
+    """Return the prompt tokens the fake server charges (``prompt_tokens``; 10 unless told)."""
+    done_before = len(request.assistant_prefix.split())
+    return int(request.options.get("prompt_tokens", 10)) + done_before
 
 
 def served_tags(backend: FakeBackend) -> list[str]:

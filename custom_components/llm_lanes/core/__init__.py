@@ -8,8 +8,8 @@ and the benchmark CLI reuses it unchanged.
   waits and what runs, the fairness counters and the background share's ledger.
 - ``scheduler``: carries the decisions out; ``ticket``: one request inside it; ``accounting``:
   what a request is charged; ``snapshot``: the immutable views it hands out.
-- ``metrics``, ``quotas``, ``tokens``, ``errors``: sliding windows, daily budgets, the token
-  estimate, typed errors.
+- ``metrics``, ``quotas``, ``quota_prompts``, ``tokens``, ``errors``: sliding windows, daily
+  budgets, what a quota requester's prompt reserves, the token estimate, typed errors.
 - ``protocols``: the OpenAI and Ollama wire formats, both directions; ``backends``: the clients
   of each kind of server; ``bench``: workloads, runner, reports, sweeps and the simulated server.
 """

@@ -172,9 +172,12 @@ class Accounting:
         self.quotas.release(record.requester, ticket.reserved)
         ticket.reserved = 0
         if admitted:
-            self.quotas.charge(
-                record.requester, record.prompt_tokens + record.output_tokens, now
-            )
+            prompt = record.prompt_tokens
+            if ticket.usage_prompt is None and ticket.counted_prompt is not None:
+                prompt = (
+                    ticket.counted_prompt
+                )  # no report (cancelled): the server's count
+            self.quotas.charge(record.requester, prompt + record.output_tokens, now)
         timed_out = record.error == QueueTimeoutError.__name__
         for stats in (ticket.lane_stats, ticket.requester_stats):
             stats.record_finished(

@@ -43,6 +43,10 @@ class QuotaLedger:
         else:
             self._reserved.pop(requester, None)
 
+    def reserved(self, requester: str) -> int:
+        """Tokens held by the requester's requests in flight."""
+        return self._reserved.get(requester, 0)
+
     def committed(self, requester: str, now: float) -> int:
         """Tokens used in the last 24 hours plus those reserved by requests in flight."""
         return self.used(requester, now) + self._reserved.get(requester, 0)

@@ -37,7 +37,6 @@ import asyncio
 from collections.abc import AsyncGenerator, Callable
 import contextlib
 from dataclasses import replace
-from functools import partial
 import itertools
 import logging
 import time
@@ -62,6 +61,7 @@ from custom_components.llm_lanes.core.model import (
 )
 from custom_components.llm_lanes.core.policy import Preempt, create_policy
 from custom_components.llm_lanes.core.prefill_steps import PrefillSteps
+from custom_components.llm_lanes.core.quota_prompts import QuotaPrompt, QuotaPrompts
 from custom_components.llm_lanes.core.quotas import QuotaLedger
 from custom_components.llm_lanes.core.run_state import QueuedRequest, RunState
 from custom_components.llm_lanes.core.server_load import ServerLoad
@@ -128,6 +128,7 @@ class Scheduler:
         self._seq = itertools.count(1)
         self._listeners: list[Listener] = []
         self._slots = SlotPlacer(backend)
+        self._quota_prompts = QuotaPrompts(backend)
         self._foreground = Foreground(settings.max_sequences, self._slots)
         self._slots.resize(settings, self._foreground.headroom.slots)
         self._accounting = Accounting(
@@ -220,14 +221,14 @@ class Scheduler:
         early (or cancelling the task) frees the slot or queue place at once. Its finished record
         goes to ``sink`` too (a pool reads it).
         """
-        return self._run(partial(self._submit, request, sink, how))
+        return self._run(request, sink, how)
 
     async def generate(
         self, request: ChatRequest, **how: Unpack[Submission]
     ) -> GenerateResult:
         """Run a request to the end and collect its answer."""
         sink: list[FinishedRequest] = []
-        chunks_of = self._run(partial(self._submit, request, sink, how))
+        chunks_of = self._run(request, sink, how)
         async with contextlib.aclosing(chunks_of) as chunks:
             answer = Answer.of([chunk async for chunk in chunks])
         record = sink[0]
@@ -278,9 +279,25 @@ class Scheduler:
 
     # --- one request, from the caller's side -------------------------------------------------------
 
-    async def _run(self, submit: Callable[[], Ticket]) -> AsyncGenerator[StreamChunk]:
-        """Submit the request when iteration starts, then hand over its chunks."""
-        ticket = submit()
+    async def _run(
+        self,
+        request: ChatRequest,
+        sink: list[FinishedRequest] | None,
+        how: Submission,
+    ) -> AsyncGenerator[StreamChunk]:
+        """Submit the request when iteration starts, then hand over its chunks.
+
+        The prompt of a requester with a quota is counted by the server first (or bounded:
+        ``quota_prompts.py``); nobody else waits for anything before submission.
+        """
+        prompt = how.get("prompt_tokens")
+        if prompt is None:
+            prompt = estimate_prompt_tokens(request)
+        quota_prompt = None
+        requester = how["requester"]
+        if self._state.settings.quota_for(requester) > 0 and not self._closed:
+            quota_prompt = await self._quota_prompts.reserve(request, requester, prompt)
+        ticket = self._submit(request, sink, how, prompt, quota_prompt)
         outcome = "cancelled"
         error: str | None = None
         try:
@@ -305,10 +322,13 @@ class Scheduler:
         request: ChatRequest,
         sink: list[FinishedRequest] | None,
         how: Submission,
+        prompt: int,
+        quota_prompt: QuotaPrompt | None,
     ) -> Ticket:
         """Check the limits and the quota, then queue the request (or raise, nothing sent).
 
-        ``generate`` passes the ``sink`` its finished record goes to.
+        ``generate`` passes the ``sink`` its finished record goes to. ``quota_prompt``: what
+        the prompt reserves of a quota (None: bounded here where the requester has one).
         """
         if self._loop is None:
             self._loop = self._attempts.loop = asyncio.get_running_loop()
@@ -316,9 +336,12 @@ class Scheduler:
         seq = next(self._seq)
         settings = self._state.settings
         lane, requester = how["lane"], how["requester"]
-        prompt = how.get("prompt_tokens")
-        if prompt is None:
-            prompt = estimate_prompt_tokens(request)
+        if quota_prompt is None:
+            quota_prompt = (
+                self._quota_prompts.bounded(request, requester, prompt)
+                if settings.quota_for(requester) > 0
+                else QuotaPrompt(prompt, counted=False)
+            )
         max_tokens = (
             request.max_tokens
             if request.max_tokens is not None
@@ -336,6 +359,7 @@ class Scheduler:
                 prompt_tokens=prompt,
                 output_tokens=max_tokens,
                 now=now,
+                quota_prompt=quota_prompt,
             )
         )
         ticket = Ticket(
@@ -361,7 +385,9 @@ class Scheduler:
                 ticket.finished(now, "rejected", type(error).__name__, limits), sink
             )
             raise error
-        ticket.reserved = prompt + max_tokens
+        ticket.reserved = quota_prompt.tokens + max_tokens
+        if quota_prompt.counted:
+            ticket.counted_prompt = quota_prompt.tokens
         self._accounting.quotas.reserve(requester, ticket.reserved)
         if self._foreground.arrived(self._state, lane, prompt):
             self._slots.resize(settings, self._foreground.headroom.slots)
@@ -451,6 +477,16 @@ class Scheduler:
             now, outcome, error, self._state.settings.lanes[queued.lane]
         )
         self._accounting.charge_finished(ticket, record, now)
+        if (
+            ticket.usage_prompt is not None
+            and self._state.settings.quota_for(queued.requester) > 0
+        ):
+            self._quota_prompts.learn(
+                ticket.request,
+                queued.requester,
+                ticket.original_prompt,
+                ticket.usage_prompt,
+            )
         self._emit(record, ticket.sink)
         self._dispatch()
 

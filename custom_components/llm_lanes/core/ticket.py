@@ -79,6 +79,7 @@ class Ticket:
         "cached_prompt",
         "evaluated_prompt",
         "channel",
+        "counted_prompt",
         "counters",
         "first_token_at",
         "gaps",
@@ -157,6 +158,8 @@ class Ticket:
         self.preemptions = 0
         self.reserved = 0
         """Quota tokens held for it while it waits and runs (its prompt and output limit)."""
+        self.counted_prompt: int | None = None
+        """Its prompt as the server counted it before admission (a quota requester's)."""
         self.pump: asyncio.Task[None] | None = None
         self.record: FinishedRequest | None = None
 

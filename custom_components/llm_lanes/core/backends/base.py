@@ -66,6 +66,9 @@ class Backend(ABC):
     ``prefill``) before the request that uses it; turned off when the server refuses."""
     send_priority: bool = False
     """Whether requests carry the lane's ``priority``; turned off when the server refuses it."""
+    counts_prompts: bool = False
+    """Whether ``count_prompt_tokens`` asks the server (``ServerProfile.counts_prompts``);
+    turned off when the server has no such endpoint."""
 
     def __init__(self, profile: ServerProfile) -> None:
         """Take the server's description; what requests may do starts as it says."""
@@ -73,6 +76,7 @@ class Backend(ABC):
         self.chooses_slots = profile.chooses_slots
         self.prefills_in_steps = profile.prefills_in_steps
         self.send_priority = profile.takes_priority
+        self.counts_prompts = profile.counts_prompts is not None
 
     @property
     def kind(self) -> ServerKind:
@@ -102,6 +106,14 @@ class Backend(ABC):
     @abstractmethod
     async def warm_up(self, model: str) -> bool:
         """Load the model and keep it resident; return whether it is loaded now."""
+
+    async def count_prompt_tokens(self, request: ChatRequest) -> int | None:
+        """Return the prompt tokens the server will charge ``request``, counted by the server.
+
+        None where it cannot count (``counts_prompts``). Raises a ``BackendError`` when the
+        count fails.
+        """
+        return None
 
     async def render_prompt(self, request: ChatRequest) -> str:
         """Return the prompt text the server's chat template makes of a request."""

@@ -29,6 +29,11 @@ from custom_components.llm_lanes.core.backends.prometheus import (
     llama_cpp_metrics,
     vllm_metrics,
 )
+from custom_components.llm_lanes.core.backends.prompt_counts import (
+    PromptCounter,
+    llama_cpp_prompt_tokens,
+    vllm_prompt_tokens,
+)
 from custom_components.llm_lanes.core.backends.reports import (
     InfoSource,
     LoadSource,
@@ -117,6 +122,10 @@ class ServerProfile:
     takes_ignore_eos: bool
     """The server honours ``ignore_eos``, so the benchmark's answers are exactly as long as
     planned (elsewhere an answer may end early and measure less)."""
+    counts_prompts: PromptCounter | None
+    """How the server counts a request's prompt before it runs, with its own chat template and
+    tokenizer (``prompt_counts``); None where it documents no way to (a quota then bounds the
+    prompt instead: ``core.quota_prompts``)."""
 
     # --- models in memory -------------------------------------------------------------------
     unloads_models: bool
@@ -153,6 +162,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         chooses_slots=False,
         prefills_in_steps=False,
         takes_ignore_eos=True,
+        counts_prompts=None,
         unloads_models=True,
         warm_up_at_setup=True,
         info_from=(),
@@ -172,6 +182,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         chooses_slots=True,
         prefills_in_steps=True,
         takes_ignore_eos=True,
+        counts_prompts=llama_cpp_prompt_tokens,
         unloads_models=False,
         warm_up_at_setup=False,
         info_from=(llama_cpp_props,),
@@ -195,6 +206,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         chooses_slots=False,
         prefills_in_steps=False,
         takes_ignore_eos=False,
+        counts_prompts=vllm_prompt_tokens,
         unloads_models=False,
         warm_up_at_setup=False,
         info_from=(VersionAt(), max_model_len, model_roots),
@@ -212,6 +224,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         chooses_slots=False,
         prefills_in_steps=False,
         takes_ignore_eos=False,
+        counts_prompts=None,
         unloads_models=True,
         warm_up_at_setup=False,
         info_from=(lm_studio_models,),
@@ -229,6 +242,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         chooses_slots=False,
         prefills_in_steps=False,
         takes_ignore_eos=False,
+        counts_prompts=None,
         unloads_models=False,
         warm_up_at_setup=False,
         info_from=(VersionAt(),),
@@ -246,6 +260,7 @@ SERVER_PROFILES: Final[tuple[ServerProfile, ...]] = (
         chooses_slots=False,
         prefills_in_steps=False,
         takes_ignore_eos=False,
+        counts_prompts=None,
         unloads_models=False,
         warm_up_at_setup=False,
         info_from=(),

@@ -22,6 +22,7 @@ from custom_components.llm_lanes.core.backends.kinds import (
     ServerProfile,
     WireApi,
 )
+from custom_components.llm_lanes.core.backends.prompt_counts import llama_cpp_rendered
 from custom_components.llm_lanes.core.backends.reports import (
     MODELS_PATH,
     llama_cpp_busy_slots,
@@ -31,7 +32,7 @@ from custom_components.llm_lanes.core.backends.reports import (
     served_models,
 )
 from custom_components.llm_lanes.core.backends.server_metrics import ServerMetrics
-from custom_components.llm_lanes.core.errors import BackendError, BackendHTTPError
+from custom_components.llm_lanes.core.errors import BackendHTTPError
 from custom_components.llm_lanes.core.model import (
     ChatRequest,
     CompletionRequest,
@@ -53,7 +54,6 @@ from custom_components.llm_lanes.core.protocols.openai_requests import (
 
 _LOGGER = logging.getLogger(__name__)
 
-APPLY_TEMPLATE_PATH = "/apply-template"
 COMPLETION_PATH = "/completion"
 
 
@@ -186,20 +186,33 @@ class OpenAIBackend(HttpBackend):
                 async for chunk in stream:
                     yield chunk
 
+    # --- the prompt as the server counts it (``counts_prompts``) -------------------------
+
+    async def count_prompt_tokens(self, request: ChatRequest) -> int | None:
+        """Count a request's prompt with the server's template and tokenizer (its profile's way).
+
+        A server without the endpoints (404, 405, 501: an older build) is not asked again.
+        """
+        counter = self.profile.counts_prompts
+        if counter is None or not self.counts_prompts:
+            return None
+        try:
+            return await counter(self._http, request, self.profile.resume_fields)
+        except BackendHTTPError as err:
+            if err.status in _NO_ENDPOINT:
+                _LOGGER.info(
+                    "%s cannot count prompts (HTTP %s); bounding them instead",
+                    self.base_url,
+                    err.status,
+                )
+                self.counts_prompts = False
+            raise
+
     # --- prefill in steps (llama.cpp: ``prefills_in_steps``) -----------------------------
 
     async def render_prompt(self, request: ChatRequest) -> str:
         """Ask llama.cpp's ``/apply-template`` for the prompt its chat template makes."""
-        body = chat_body(request)
-        for key in ("stream", "stream_options", "max_tokens"):
-            body.pop(key, None)
-        data = await self._http.request_json(
-            "POST", APPLY_TEMPLATE_PATH, json_body=body, model=request.model
-        )
-        prompt = data.get("prompt") if isinstance(data, dict) else None
-        if not isinstance(prompt, str):
-            raise BackendError(f"{self._http.url(APPLY_TEMPLATE_PATH)} gave no prompt")
-        return prompt
+        return await llama_cpp_rendered(self._http, request, {})
 
     async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
         """Evaluate the start of a prompt into a slot's cache (``/completion``, no output)."""
@@ -236,6 +249,10 @@ class OpenAIBackend(HttpBackend):
             model=request.model,
         )
         return embedding_answer(data, request, self._http.url(EMBEDDINGS_PATH))
+
+
+_NO_ENDPOINT = frozenset({404, 405, 501})
+"""Answers of a server that has no such endpoint (501: llama.cpp's for one it was built without)."""
 
 
 def _refuses_priority(err: BackendHTTPError, body: dict[str, Any]) -> bool:

@@ -21,9 +21,11 @@ import asyncio
 from collections.abc import AsyncIterator
 import contextlib
 from dataclasses import dataclass
+import json
 import statistics
 import time
 from typing import Any
+import urllib.request
 
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import ServiceCall
@@ -64,6 +66,8 @@ IDLE_COMMANDS = 40
 LOADED_COMMANDS = 120
 """Every fifth a spoken command to the agent, the others (96) through the gateway."""
 GPU_AGENT = "conversation.gpu_agent"
+STREAMED_BEFORE_KILL = 20
+"""Tokens each story has streamed, and at least has to go, at the GPU box when it is killed."""
 
 
 def _server(port: int | None = None) -> LlamaServer:
@@ -186,6 +190,38 @@ def _p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20)[-1]
 
 
+def _story_slots(server: LlamaServer, lengths: set[int]) -> list[dict[str, Any]]:
+    """Return the server's slots streaming a story of one of ``lengths`` tokens now (``/slots``)."""
+    with urllib.request.urlopen(f"{server.url}/slots", timeout=10) as answer:  # noqa: S310 (loopback)
+        slots: list[dict[str, Any]] = json.load(answer)
+    return [
+        slot
+        for slot in slots
+        if slot.get("is_processing") and slot["params"].get("n_predict") in lengths
+    ]
+
+
+def _kill_mid_stories(server: LlamaServer, lengths: set[int]) -> list[dict[str, Any]]:
+    """Kill the server once every story streams there with most of its tokens to go; return them.
+
+    Run in a worker thread: nothing of the event loop (a loaded one lags the server by seconds,
+    and a tiny model's story takes about one) stands between the look and the kill. Bounded by
+    looks, a hang guard.
+    """
+    for _ in range(20_000):
+        stories = _story_slots(server, lengths)
+        tokens = [slot["next_token"][0] for slot in stories]
+        if len(stories) == len(lengths) and all(
+            token["n_decoded"] >= STREAMED_BEFORE_KILL
+            and token["n_remain"] >= STREAMED_BEFORE_KILL
+            for token in tokens
+        ):
+            server.kill()
+            return stories
+        time.sleep(0.002)
+    raise AssertionError("the stories never streamed at the GPU box at the same time")
+
+
 async def test_the_preferred_box_killed_mid_stream_loses_no_request(
     gateway: Gateway, boxes: Boxes
 ) -> None:
@@ -212,12 +248,17 @@ async def test_the_preferred_box_killed_mid_stream_loses_no_request(
     events.clear()
 
     stories = [Story(600, asyncio.Event()), Story(800, asyncio.Event())]
-    # The background story first, and the chat once it has begun: the kill comes as soon as the
-    # chat has begun too, so neither can have ended before it (background may wait beside voice
-    # for a while; a chat begun early could have ended meanwhile).
+    lengths = {story.tokens for story in stories}
+    # The background story first, and the chat once the GPU box streams it (background may wait
+    # beside voice for a while: a chat sent first could end meanwhile). The client is no clock
+    # for it: a loaded machine's event loop relays the tokens seconds behind the server.
     streams = [asyncio.create_task(_story(boxes.background, stories[1]))]
-    async with asyncio.timeout(60):  # a hang guard
-        await stories[1].began.wait()
+    for _ in range(20_000):  # a hang guard
+        if await asyncio.to_thread(_story_slots, boxes.gpu_server, {stories[1].tokens}):
+            break
+        await asyncio.sleep(0.002)
+    else:
+        raise AssertionError("the background story never streamed at the GPU box")
     streams.append(asyncio.create_task(_story(boxes.chat, stories[0])))
     loaded: list[float] = []
     agent_answers: list[str] = []
@@ -231,9 +272,8 @@ async def test_the_preferred_box_killed_mid_stream_loses_no_request(
             await asyncio.sleep(0.05)
 
     voice = asyncio.create_task(commands())
-    async with asyncio.timeout(60):  # a hang guard
-        await stories[0].began.wait()
-    await asyncio.to_thread(boxes.gpu_server.kill)
+    # Killed while both stories stream there, each with tokens sent and tokens to go.
+    await asyncio.to_thread(_kill_mid_stories, boxes.gpu_server, lengths)
     killed_at = len(events)
     finished = await asyncio.gather(*streams, voice, return_exceptions=True)
     failures = [result for result in finished if isinstance(result, BaseException)]

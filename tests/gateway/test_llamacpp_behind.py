@@ -87,15 +87,16 @@ async def test_disconnect_frees_the_llama_server_slot(
 async def _disconnect_frees_the_slot(
     gateway: Gateway, llama_entry: MockConfigEntry, llama_server: LlamaServer
 ) -> None:
+    backend = llama_entry.runtime_data.backend
+    assert isinstance(backend, OpenAIBackend)
+    client = await gateway.add_client(llama_entry)
+    # After the client (its settings apply then): the lane caps answers at the slot's 1,024.
     scheduler = llama_entry.runtime_data.scheduler
-    scheduler.update_settings(  # the lane's own limit is 2,048 output tokens
+    scheduler.update_settings(
         scheduler.settings.with_lane(
             Lane.INTERACTIVE, max_output_tokens=HELD_ANSWER_TOKENS
         )
     )
-    backend = llama_entry.runtime_data.backend
-    assert isinstance(backend, OpenAIBackend)
-    client = await gateway.add_client(llama_entry)
     finished = finished_requests(llama_entry)
     assert await backend.slots_busy() == 0
     predicted = (await backend.metrics()).output_tokens_total

@@ -209,7 +209,8 @@ async def test_a_server_that_stops_mid_answer_is_continued_on_the_other(
 
     # Back on its port: the pool's probe finds it, and voice goes to it again.
     async with SimulatedServer(replace(home.gpu_sim.config, port=home.gpu_sim.port)):
-        async with asyncio.timeout(10):
+        # A hang guard: the pool's probe comes every PROBE_S.
+        async with asyncio.timeout(60):
             await async_wait_for(
                 lambda: pool.state(gpu_id) is ServerState.UP, limit=100_000
             )
@@ -287,7 +288,8 @@ async def test_a_job_wakes_the_sleeping_box_while_voice_goes_to_the_awake_one(
             job = start_job(
                 hass, gpu, "The front door opened twice; the heating ran all morning."
             )
-            async with asyncio.timeout(10):
+            # A hang guard: the pool's probe comes every PROBE_S.
+            async with asyncio.timeout(60):
                 await async_wait_for(
                     lambda: pool.state(gpu.entry_id) is ServerState.WAKING,
                     limit=100_000,

@@ -122,7 +122,11 @@ async def test_run_benchmark_runs_within_the_slots(
     )
     assert response["context_per_slot"] == 1024
     assert response["scaled_to_context"]
-    assert response["curve"]["prefill_tok_s"]
+    # The prefill probe fitted the slot (a refused one fails the action); the speed it measured
+    # is wall-clock timing, the benchmark's to judge: on a loaded machine the long probe can time
+    # no slower than the short one, and then there is none.
+    prefill = response["curve"]["prefill_tok_s"]
+    assert prefill is None or prefill > 0
     assert [point["sequences"] for point in response["curve"]["points"]] == [1, 2, 3, 4]
     rows = response["rows"]
     assert [row["settings"]["max_sequences"] for row in rows] == [

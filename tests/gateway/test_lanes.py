@@ -20,12 +20,14 @@ from .conftest import Gateway
 pytestmark = pytest.mark.parametrize("sim_config", [REAL_SPEED_SIM], ids=["real_speed"])
 
 
-async def _first_token(api: openai.AsyncOpenAI, label: str, order: list[str]) -> None:
+async def _first_token(
+    api: openai.AsyncOpenAI, label: str, order: list[str], tokens: int = 20
+) -> None:
     stream = await api.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": f"Summarize {label}"}],
         stream=True,
-        max_tokens=20,
+        max_tokens=tokens,
         extra_body={"ignore_eos": True},
     )
     async for event in stream:
@@ -50,7 +52,11 @@ async def test_voice_client_overtakes_background_queue(
     order: list[str] = []
     background = gateway.openai(nightly.api_key)
 
-    tasks = [asyncio.create_task(_first_token(background, "batch 1", order))]
+    # The first holds the one sequence for about 2 s (at the simulator's real pace) while the
+    # others queue behind it: the queue forms long before it could end, whatever the load.
+    tasks = [
+        asyncio.create_task(_first_token(background, "batch 1", order, tokens=200))
+    ]
     await async_wait_for(lambda: order == ["batch 1"])
     tasks += [
         asyncio.create_task(_first_token(background, f"batch {n}", order))

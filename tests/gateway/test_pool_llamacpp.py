@@ -41,6 +41,7 @@ from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
 from custom_components.llm_lanes.household import household_of
 from tests.support.entries import async_set_up
 from tests.support.llamacpp import MODEL_ALIAS, LlamaServer, free_port
+from tests.support.llamacpp_slots import kill_mid_answers
 from tests.support.pool import (
     async_set_up_sleeping_gpu,
     async_set_up_wake_button,
@@ -212,6 +213,7 @@ async def test_the_preferred_box_killed_mid_stream_loses_no_request(
     events.clear()
 
     stories = [Story(600, asyncio.Event()), Story(800, asyncio.Event())]
+    lengths = {story.tokens for story in stories}
     streams = [
         asyncio.create_task(_story(boxes.chat, stories[0])),
         asyncio.create_task(_story(boxes.background, stories[1])),
@@ -228,10 +230,10 @@ async def test_the_preferred_box_killed_mid_stream_loses_no_request(
             await asyncio.sleep(0.05)
 
     voice = asyncio.create_task(commands())
-    async with asyncio.timeout(60):
-        for story in stories:
-            await story.began.wait()
-    await asyncio.to_thread(boxes.gpu_server.kill)
+    # Killed while both stories stream there, each with tokens sent and tokens to go, from a
+    # worker thread: the client is no clock for it (a loaded machine's event loop relays the
+    # tokens seconds behind the server, which writes a story in about a second).
+    await asyncio.to_thread(kill_mid_answers, boxes.gpu_server, lengths)
     killed_at = len(events)
     finished = await asyncio.gather(*streams, voice, return_exceptions=True)
     failures = [result for result in finished if isinstance(result, BaseException)]
@@ -323,9 +325,9 @@ async def test_a_job_wakes_the_sleeping_box_that_starts_its_llama_server(
         async with asyncio.timeout(30):
             await pressed.wait()
         assert pool.state(gpu.entry_id) is ServerState.WAKING
-        started = time.monotonic()
-        assert await async_voice_command(hass, GPU_AGENT)
-        assert time.monotonic() - started < 5  # it did not wait for the wake
+        # It cannot wait for the wake: the GPU box boots only once it is answered.
+        async with asyncio.timeout(60):  # a hang guard
+            assert await async_voice_command(hass, GPU_AGENT)
         assert [event.data["server"] for event in events] == [mini.entry_id]
         booted.set()
         async with asyncio.timeout(120):

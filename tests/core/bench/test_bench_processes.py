@@ -20,8 +20,9 @@ from tools.bench.processes import LocalProcess, listening_pid, process_image, ur
 
 
 async def _listening(port: int) -> int:
-    """Return the PID listening on ``port`` once one does (within 10 s)."""
-    for _ in range(200):
+    """Return the PID listening on ``port`` once one does (bounded by looks: a hang guard)."""
+    # A minute at least: a Python start on a loaded machine takes seconds.
+    for _ in range(1200):
         pid = await asyncio.to_thread(listening_pid, port)
         if pid is not None:
             return pid

@@ -3,8 +3,9 @@
 ``decide`` compares the pick with the current settings on the rows both were measured among: a
 run too short to tell applies nothing, nor does a pick no better than the current settings (the
 issue's five-second run applied max sequences 1 at 96 tok/s over the current 267). Against a
-simulated server of 1,024-token slots the whole calibration runs with every request inside the
-slot (the simulator refuses a longer prompt with HTTP 400, as llama-server does).
+simulated server of 1,024-token slots (the simulator's engine on virtual time) the whole
+calibration runs with every request inside the slot (a longer prompt is refused with HTTP 400, as
+llama-server does).
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import math
 from typing import Any
 from xml.etree import ElementTree as ET
 
-import aiohttp
 import pytest
 
-from custom_components.llm_lanes.core.backends.detect import connect
 from custom_components.llm_lanes.core.bench.calibrate import (
     MAX_DURATION_S,
     MIN_FINISHED_PER_ROW,
     CalibrationProgress,
+    CalibrationResult,
     Verdict,
     calibrate,
     decide,
@@ -41,10 +41,9 @@ from custom_components.llm_lanes.core.bench.workload import (
 )
 from custom_components.llm_lanes.core.settings import SchedulerSettings
 from custom_components.llm_lanes.core.tokens import TOKENS_PER_MESSAGE
+from tests.core.boxes import run_virtual
 from tools.simulator.answers import count_text_tokens
-from tools.simulator.server import SimConfig
-
-from .test_runner_sweep import StartSim
+from tools.simulator.inprocess import EngineBackend
 
 BUILTIN = builtin_scenarios()
 
@@ -133,22 +132,26 @@ def test_the_prefill_probe_fits_the_slot() -> None:
     assert prefill_probe_words(65536) == PREFILL_PROBE_WORDS
 
 
-async def test_calibration_on_small_slots_stays_within_them(
-    start_sim: StartSim, session: aiohttp.ClientSession
-) -> None:
-    """On 1,024-token slots nothing is refused by the server and every row has requests."""
-    sim = await start_sim(SimConfig(speed=20, slots=4, kv_capacity_tokens=4096))
-    backend = await connect(session, sim.url)
+def test_calibration_on_small_slots_stays_within_them() -> None:
+    """On 1,024-token slots nothing is refused by the server and every row has requests.
+
+    The simulator's engine on virtual time: the same rows every run, whatever the machine's load.
+    """
+
+    async def run() -> tuple[EngineBackend, CalibrationResult]:
+        backend = EngineBackend(slots=4, context_per_slot=1024)
+        result = await calibrate(
+            backend,
+            SchedulerSettings(),
+            scenario="evening",
+            grid={"max_sequences": ["2", "4"]},
+            duration_s=3,
+            on_progress=progress.append,
+        )
+        return backend, result
+
     progress: list[CalibrationProgress] = []
-    result = await calibrate(
-        backend,
-        SchedulerSettings(),
-        scenario="evening",
-        grid={"max_sequences": ["2", "4"]},
-        duration_s=3,
-        time_scale=20,
-        on_progress=progress.append,
-    )
+    backend, result = run_virtual(run)
     # Told before the batch curve: the settings and their longest time; then each one done.
     total = len(result.rows)
     assert [(p.step, p.settings_done, p.settings_total) for p in progress] == [
@@ -162,6 +165,7 @@ async def test_calibration_on_small_slots_stays_within_them(
     assert [p.remaining_s for p in progress] == sorted(
         (p.remaining_s for p in progress), reverse=True
     )
+    assert [p.elapsed_s for p in progress] == sorted(p.elapsed_s for p in progress)
     # No setting finished more than the scenario sent in its measured window.
     sent = measured_requests(load_scenario("evening"), 3)
     assert sent is not None
@@ -169,13 +173,16 @@ async def test_calibration_on_small_slots_stays_within_them(
     assert result.context == 1024
     assert result.scaled_to_context
     assert result.curve is not None and result.curve.prefill_tok_s
-    assert sim.requests_seen
-    for body in sim.requests_seen:
-        prompt = sum(
-            TOKENS_PER_MESSAGE + count_text_tokens(message["content"])
-            for message in body["messages"]
+    assert backend.prompts
+    for request, prompt in backend.prompts:
+        assert request.max_tokens is not None
+        assert prompt + request.max_tokens <= 1024
+        # Also by the HTTP simulator's count, closer to a real tokenizer's than four characters.
+        counted = sum(
+            TOKENS_PER_MESSAGE + count_text_tokens(message.content)
+            for message in request.messages
         )
-        assert prompt + body["max_tokens"] <= 1024
+        assert counted + request.max_tokens <= 1024
     for row in result.rows:
         assert row["finished"] > 0
         assert row["failed"] == 0

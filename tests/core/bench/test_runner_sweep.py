@@ -1,4 +1,9 @@
-"""The runner and the sweep against the simulated server, with the real backend and scheduler."""
+"""The runner and the sweep against the simulated server, with the real backend and scheduler.
+
+What measures speed (the sweep, the batch curve, the calibration) runs on the simulator's engine
+on virtual time, so its figures are the cost model's whatever the machine's load; the runner's
+replay runs against the simulator over HTTP.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,10 @@ import pytest
 
 from custom_components.llm_lanes.core.backends.base import Backend
 from custom_components.llm_lanes.core.backends.detect import connect
-from custom_components.llm_lanes.core.bench.calibrate import calibrate
+from custom_components.llm_lanes.core.bench.calibrate import (
+    CalibrationResult,
+    calibrate,
+)
 from custom_components.llm_lanes.core.bench.report import build_report
 from custom_components.llm_lanes.core.bench.runner import (
     RunResult,
@@ -22,6 +30,7 @@ from custom_components.llm_lanes.core.bench.runner import (
 )
 from custom_components.llm_lanes.core.bench.servers import ServerDescription
 from custom_components.llm_lanes.core.bench.sweep import (
+    SweepResult,
     SweepRow,
     mark_frontier,
     pick,
@@ -32,9 +41,12 @@ from custom_components.llm_lanes.core.bench.workload import (
     parse_scenario,
     plan_open_requests,
 )
+from custom_components.llm_lanes.core.lanes import Lane
 from custom_components.llm_lanes.core.settings import SchedulerSettings
+from tests.core.boxes import run_virtual
 from tools.bench.__main__ import compare, comparison_markdown, main
-from tools.simulator.engine import EngineCosts
+from tools.simulator.engine import GPU_COSTS, EngineCosts
+from tools.simulator.inprocess import EngineBackend
 from tools.simulator.server import SimConfig, SimulatedServer
 
 StartSim = Callable[[SimConfig], Awaitable[SimulatedServer]]
@@ -110,27 +122,28 @@ async def test_direct_run_sends_the_planned_requests(fast_sim: FastSim) -> None:
     )
 
 
-async def test_sweep_picks_goodput_over_throughput(
-    start_sim: StartSim, session: aiohttp.ClientSession
-) -> None:
+def test_sweep_picks_goodput_over_throughput() -> None:
     """Four sequences move more tokens but break the ITL objective; the sweep recommends one.
 
     The cost model is exaggerated (20 ms a token alone, 50 ms with four in the batch) so the
-    objective of 35 ms sits far from both, whatever the machine's load.
+    objective of 35 ms sits far from both; the engine runs on virtual time, the same every run.
     """
     costs = EngineCosts(fixed_s=0.01, per_prefill_token_s=0.0001, per_decode_seq_s=0.01)
-    sim = await start_sim(SimConfig(speed=1, costs=costs))
-    backend = await connect(session, sim.url)
-    result = await run_sweep(
-        backend,
-        parse_scenario(
-            _scenario(process="closed", concurrency=4) | {"duration_s": 3.0}
-        ),
-        policies=["lanes"],
-        base_settings=SchedulerSettings(),
-        grid={"max_sequences": ["1", "4"]},
-        server=await describe_server(backend, None),
-    )
+
+    async def sweep() -> SweepResult:
+        backend = EngineBackend(costs=costs)
+        return await run_sweep(
+            backend,
+            parse_scenario(
+                _scenario(process="closed", concurrency=4) | {"duration_s": 3.0}
+            ),
+            policies=["lanes"],
+            base_settings=SchedulerSettings(),
+            grid={"max_sequences": ["1", "4"]},
+            server=await describe_server(backend, None),
+        )
+
+    result = run_virtual(sweep)
     by_setting = {row.overrides["max_sequences"]: row for row in result.rows}
     assert by_setting["4"].output_tok_s > by_setting["1"].output_tok_s
     assert by_setting["1"].goodput > by_setting["4"].goodput
@@ -168,40 +181,51 @@ def test_cli_curve_writes_the_batch_curve(tmp_path: Path) -> None:
     """``curve`` measures every batch size up to the slots asked for and draws it."""
     out = tmp_path / "curve"
     code = main([
-        "curve", "--server", "sim", "--sim-speed", "20", "--sim-slots", "2",
-        "--no-plots", "--out", str(out),
+        "curve", "--server", "engine", "--sim-slots", "2", "--no-plots", "--out", str(out),
     ])  # fmt: skip
     assert code == 0
     curve = json.loads((out / "curve.json").read_text())
-    assert [point["sequences"] for point in curve["points"]] == [1, 2]
-    assert curve["prefill_tok_s"] > 0
+    # The engine on virtual time: its costs, measured exactly, the same every run.
+    one, two = curve["points"]
+    assert (one["sequences"], two["sequences"]) == (1, 2)
+    assert one["itl_p50_s"] == pytest.approx(
+        GPU_COSTS.fixed_s + GPU_COSTS.per_decode_seq_s
+    )
+    assert two["itl_p50_s"] == pytest.approx(
+        GPU_COSTS.fixed_s + 2 * GPU_COSTS.per_decode_seq_s
+    )
+    assert two["output_tok_s"] > one["output_tok_s"]
+    assert curve["prefill_tok_s"] == pytest.approx(1 / GPU_COSTS.per_prefill_token_s)
     assert (out / "curve.svg").read_text().startswith("<svg")
     assert not (out / "curve.png").exists()
 
 
-async def test_calibrate_recommends_and_skips_impossible_settings(
-    start_sim: StartSim, session: aiohttp.ClientSession
-) -> None:
+def test_calibrate_recommends_and_skips_impossible_settings() -> None:
     """Settings above the server's slot count are not tried; the answer is plain JSON.
 
-    The current settings (max sequences 1) are one of the rows, so nothing more is run.
+    The current settings (max sequences 1) are one of the rows, so nothing more is run. The
+    engine runs on virtual time: the curve it measures is its cost model's, every run.
     """
-    sim = await start_sim(SimConfig(speed=5, slots=2))
-    backend = await connect(session, sim.url)
-    result = await calibrate(
-        backend,
-        SchedulerSettings(max_sequences=1),
-        scenario=parse_scenario(_scenario(process="closed", concurrency=2)),
-        grid={"max_sequences": ["1", "16"]},
-        duration_s=1.5,
-        time_scale=5,
-    )
+
+    async def run() -> CalibrationResult:
+        return await calibrate(
+            EngineBackend(slots=2),
+            SchedulerSettings(max_sequences=1),
+            scenario=parse_scenario(_scenario(process="closed", concurrency=2)),
+            grid={"max_sequences": ["1", "16"]},
+            duration_s=1.5,
+        )
+
+    result = run_virtual(run)
     assert [row["settings"] for row in result.rows] == [{"max_sequences": "1"}]
     assert result.current_values == {"max_sequences": "1"}
     values = result.recommended_values
     assert (values["max_sequences"], values["headroom"]) == ("1", "0")
-    # The simulator prefills about 6,700 tokens/s: about 670 within voice's 100 ms objective.
-    assert 400 <= int(values["prefill_guard_tokens"]) <= 1000
+    # The engine prefills 1 / 0.15 ms = 6,667 tokens/s: 667 within voice's 100 ms objective,
+    # in steps of 64.
+    voice_itl_s = SchedulerSettings().lanes[Lane.VOICE].itl_slo_s
+    guard = voice_itl_s / GPU_COSTS.per_prefill_token_s
+    assert int(values["prefill_guard_tokens"]) == round(guard / 64) * 64
     assert result.recommended.max_sequences == 1
     assert result.curve is not None
     assert [point.sequences for point in result.curve.points] == [1, 2]

@@ -18,12 +18,12 @@ is how long it takes (``CalibrationPlan``); ``calibrate`` reports its progress a
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 import math
-import time
 from typing import Any, Final, Literal
 
 from custom_components.llm_lanes.core.backends.base import Backend
@@ -358,7 +358,8 @@ async def calibrate(
     hears where it is: before the curve (with the plan), after it, after each setting, at the
     end.
     """
-    started = time.monotonic()
+    loop = asyncio.get_running_loop()  # its clock: virtual time on a VirtualTimeLoop
+    started = loop.time()
     server = await describe_server(backend, model)
     effective = effective_grid(grid, server.slots)
     current = current_values(base_settings, list(effective), server.slots)
@@ -372,7 +373,7 @@ async def calibrate(
                     step=step,
                     settings_done=done,
                     settings_total=plan.settings,
-                    elapsed_s=time.monotonic() - started,
+                    elapsed_s=loop.time() - started,
                     remaining_s=(plan.settings - done) * plan.setting_s,
                     setting=setting,
                 )

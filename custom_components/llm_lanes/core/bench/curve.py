@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import asdict, dataclass
 import math
-import time
 from typing import Any
 
 from custom_components.llm_lanes.core.backends.base import Backend
@@ -97,6 +96,11 @@ class BatchCurve:
         }
 
 
+def _now() -> float:
+    """Return the running loop's clock: real time, or virtual time on a ``VirtualTimeLoop``."""
+    return asyncio.get_running_loop().time()
+
+
 def _request(backend: Backend, model: str, text: str, tokens: int) -> ChatRequest:
     options: dict[str, Any] = {}
     if backend.profile.takes_ignore_eos:
@@ -116,7 +120,7 @@ async def _stream(backend: Backend, request: ChatRequest) -> tuple[list[float], 
     tokens = 0
     async for chunk in backend.chat(request):
         if chunk.output_tokens:
-            times.append(time.monotonic())
+            times.append(_now())
             tokens += chunk.output_tokens
     return times, tokens
 
@@ -125,7 +129,7 @@ async def measure_batch(
     backend: Backend, model: str, sequences: int, *, time_scale: float = 1.0
 ) -> BatchPoint:
     """Run ``sequences`` identical streams at once and measure their gaps and throughput."""
-    started = time.monotonic()
+    started = _now()
     results = await asyncio.gather(
         *(
             _stream(
@@ -140,7 +144,7 @@ async def measure_batch(
             for index in range(sequences)
         )
     )
-    elapsed = (time.monotonic() - started) * time_scale
+    elapsed = (_now() - started) * time_scale
     gaps = [
         (later - earlier) * time_scale
         for times, _ in results
@@ -169,15 +173,15 @@ async def measure_prefill(
     """
 
     async def first_token(text: str) -> tuple[float, int]:
-        started = time.monotonic()
+        started = _now()
         prompt = 0
         first: float | None = None
         async for chunk in backend.chat(_request(backend, model, text, 1)):
             if first is None and (chunk.output_tokens or chunk.text):
-                first = time.monotonic()
+                first = _now()
             if chunk.usage is not None:
                 prompt = chunk.usage.prompt_tokens_evaluated
-        return ((first or time.monotonic()) - started) * time_scale, prompt
+        return ((first or _now()) - started) * time_scale, prompt
 
     words = prefill_probe_words(context_tokens)
     shorts: list[tuple[float, int]] = []

@@ -56,7 +56,7 @@ async def times(seq: Sequence) -> list[float]:
 
 
 def text(seed: str, tokens: int) -> str:
-    """A prompt of ``tokens`` tokens (four characters each) no other seed shares."""
+    """Return a prompt of ``tokens`` tokens (four characters each) no other seed shares."""
     return (seed * (tokens * 4))[: tokens * 4]
 
 
@@ -69,9 +69,9 @@ def test_a_pass_costs_its_floor_up_to_a_few_hundred_tokens_then_grows() -> None:
     assert costs.pass_seconds(40, 1, 0) == costs.pass_seconds(200, 1, 0) == 0.013
     assert costs.pass_seconds(1000, 1, 0) == pytest.approx(0.063)
     assert costs.pass_seconds(1000, 2, 3) == pytest.approx(0.063 + 0.009 + 3 * 0.0007)
-    assert costs.pass_seconds(1000, 2, 0) - costs.pass_seconds(1000, 1, 0) == pytest.approx(
-        0.009
-    )
+    assert costs.pass_seconds(1000, 2, 0) - costs.pass_seconds(
+        1000, 1, 0
+    ) == pytest.approx(0.009)
     assert COSTS["gpu"].per_other_prompt_s == 0
 
 

@@ -337,7 +337,7 @@ class Engine:
             self._save_idle_slots()
 
     def _swap(self, seq: Sequence, slot: int, *, by_recent_use: bool) -> None:
-        """The host cache at a launch: save the slot's content first, then load a better match."""
+        """Save the slot's content first, then load a better match (the host cache at a launch)."""
         cache, costs = self.host_cache, self.costs.host_cache
         assert cache is not None and costs is not None
         content = self.slot_cache[slot]

@@ -112,7 +112,9 @@ def _seconds(cell: str) -> float:
     return float(match[1].replace(",", "")) * _SECONDS[match[2]]
 
 
-def _stats_delta(before: EngineStats, after: EngineStats, window_s: float) -> ServerWork:
+def _stats_delta(
+    before: EngineStats, after: EngineStats, window_s: float
+) -> ServerWork:
     return ServerWork(
         window_s=window_s,
         blocked_s=after.blocked_seconds_total - before.blocked_seconds_total,
@@ -127,9 +129,7 @@ def _stats_delta(before: EngineStats, after: EngineStats, window_s: float) -> Se
 
 
 async def _replay(evening: str, policy: BenchPolicy, costs: EngineCosts) -> Replay:
-    scenario = shorten(
-        load_scenario(MEASURED / f"{evening}.json"), EVENINGS[evening]
-    )
+    scenario = shorten(load_scenario(MEASURED / f"{evening}.json"), EVENINGS[evening])
     box = Box("measured", costs=costs, slots=4)
     description = await describe_server(box, None)
     engine = box.server.engine
@@ -138,9 +138,9 @@ async def _replay(evening: str, policy: BenchPolicy, costs: EngineCosts) -> Repl
     snapshots: dict[str, EngineStats] = {}
 
     def snapshot(name: str) -> None:
-        snapshots[name] = EngineStats(**{
-            key: getattr(engine.stats, key) for key in EngineStats.__slots__
-        })
+        snapshots[name] = EngineStats(
+            **{key: getattr(engine.stats, key) for key in EngineStats.__slots__}
+        )
 
     loop.call_at(start + scenario.warmup_s, snapshot, "from")
     loop.call_at(start + scenario.duration_s, snapshot, "to")
@@ -184,9 +184,11 @@ def within(simulated: float, real: float, tolerance: float = TOLERANCE) -> bool:
 def table(replays: list[Replay]) -> str:
     """Return the replays beside the measured figures, as a Markdown table."""
     lines = [
-        "| evening | policy | voice TTFT p50 sim / real | voice TTFT p95 sim / real "
-        "| background finished sim / real | loop blocked | launches | saves / loads "
-        "| prefill steps (mean tokens) |",
+        (
+            "| evening | policy | voice TTFT p50 sim / real | voice TTFT p95 sim / real "
+            "| background finished sim / real | loop blocked | launches | saves / loads "
+            "| prefill steps (mean tokens) |"
+        ),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for item in replays:

@@ -55,7 +55,9 @@ class HostCache:
         """Save a slot's content; False when it was held already (nothing copied)."""
         if not text or tokens <= 0 or self.holds(text):
             return False
-        self.entries = [entry for entry in self.entries if not text.startswith(entry.text)]
+        self.entries = [
+            entry for entry in self.entries if not text.startswith(entry.text)
+        ]
         self.entries.append(Entry(text, tokens))
         while len(self.entries) > 1 and self.tokens > self.capacity_tokens:
             self.entries.pop(0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from custom_components.llm_lanes.core.model import ChatMessage, ChatRequest
+from tools.bench.servers import _costs, parse_server
 from tools.simulator.costs import COSTS, EngineCosts, HostCacheCosts
 from tools.simulator.engine import Engine, Sequence
 from tools.simulator.host_cache import HostCache
@@ -279,3 +281,17 @@ def test_a_slower_machine_scales_every_cost() -> None:
         2 * costs.host_cache.save_seconds(1000)
     )
     assert slow.without_host_cache().host_cache is None
+
+
+def test_the_benchmark_picks_a_profile_and_turns_its_host_cache_off() -> None:
+    """``--server engine:costs=gpu-fa-off,host-cache=off``; a bad value is refused, naming it."""
+    args = argparse.Namespace(sim_costs="gpu-published")
+    on = _costs(args, parse_server("engine:costs=gpu-fa-off"))
+    off = _costs(args, parse_server("engine:costs=gpu-fa-off,host-cache=off"))
+    assert on == COSTS["gpu-fa-off"]
+    assert off == replace(COSTS["gpu-fa-off"], host_cache=None)
+    assert _costs(args, parse_server("engine")) == EngineCosts()
+    with pytest.raises(ValueError, match="host-cache=maybe"):
+        _costs(args, parse_server("engine:host-cache=maybe"))
+    with pytest.raises(ValueError, match="costs=tpu"):
+        _costs(args, parse_server("engine:costs=tpu"))

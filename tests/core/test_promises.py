@@ -45,6 +45,7 @@ from hypothesis import (
     settings as hyp_settings,
     strategies as st,
 )
+import pytest
 
 from custom_components.llm_lanes.core.attempts import Attempts
 from custom_components.llm_lanes.core.errors import LanesError
@@ -79,7 +80,7 @@ class Household:
 
     seed: int
     costs: str
-    """"gpu" or "cpu"."""
+    """A profile of ``tools/simulator/costs.py``: "gpu", "gpu-fa-off", "cpu", "gpu-published"."""
     chooses_slots: bool
     duration_s: float
     voice_per_s: float
@@ -101,6 +102,8 @@ class Household:
     window_s: float
     quota: int
     """Daily quota of the automation requester ``automation.quota`` (0: none)."""
+    host_cache: bool = True
+    """The server's host prompt cache, where its profile has one (off: ``--cache-ram 0``)."""
 
 
 households = st.builds(
@@ -243,9 +246,10 @@ def _request(
 async def _evening(household: Household) -> Evening:
     loop = asyncio.get_running_loop()
     rng = random.Random(household.seed)
+    costs = COSTS[household.costs]
     backend = EngineBackend(
         chooses_slots=household.chooses_slots,
-        costs=COSTS[household.costs],
+        costs=costs if household.host_cache else costs.without_host_cache(),
     )
     settings = _settings(household)
     scheduler = Scheduler(backend, settings, clock=loop.time)
@@ -620,3 +624,15 @@ def _promises(household: Household) -> None:
 def test_every_promise_holds_together(household: Household) -> None:
     """On a generated evening, every promise of the module docstring holds at once."""
     _promises(household)
+
+
+@pytest.mark.parametrize(
+    "host_cache", [True, False], ids=["host-cache", "no-host-cache"]
+)
+@pytest.mark.parametrize("costs", ["gpu", "gpu-fa-off", "cpu"])
+@pytest.mark.parametrize("evening", [ITEM_1, ITEM_2], ids=["item-1", "item-2"])
+def test_every_promise_holds_on_the_servers_own_costs(
+    evening: Household, costs: str, host_cache: bool
+) -> None:
+    """The project's two evenings on each fitted profile, its host prompt cache on and off."""
+    _promises(replace(evening, costs=costs, host_cache=host_cache))

@@ -10,8 +10,10 @@ a pool (``core/bench/targets.py``):
   scenario of minutes in seconds, the same every run); every ``--server`` is ``engine`` then.
 
 A simulated server's keys (their defaults are the ``--sim-*`` options): ``kind``
-(``llama_cpp``/``ollama``), ``slots``, ``costs`` (``gpu``/``cpu``), ``slower`` (every iteration
-costs this many times as much: a smaller machine), and for ``sim`` also ``seed``, ``kv-capacity``,
+(``llama_cpp``/``ollama``), ``slots``, ``costs`` (a profile of ``tools/simulator/costs.py``:
+``gpu-published``, ``gpu``, ``gpu-fa-off``, ``cpu``), ``host-cache`` (``off``: the server runs
+with ``--cache-ram 0``), ``slower`` (every iteration costs this many times as much: a smaller
+machine), and for ``sim`` also ``seed``, ``kv-capacity``,
 ``prefill-chunk``. ``--sim-speed`` is the run's time scale, the same for every simulated server
 (and 1 beside a real server): ``slower`` makes one server slower than another.
 
@@ -47,7 +49,7 @@ from tools.simulator.server import SimConfig, SimulatedServer
 SIM = "sim"
 ENGINE = "engine"
 """``--server engine``: the simulator's engine in-process, on virtual time."""
-ENGINE_KEYS = frozenset({"kind", "slots", "costs", "slower"})
+ENGINE_KEYS = frozenset({"kind", "slots", "costs", "host-cache", "slower"})
 SIM_KEYS = ENGINE_KEYS | {"seed", "kv-capacity", "prefill-chunk"}
 
 type Source = Literal["url", "sim", "engine"]
@@ -233,17 +235,17 @@ def _box_switch(box: Box) -> PowerSwitch:
 
 
 def _costs(args: argparse.Namespace, spec: ServerSpec) -> EngineCosts:
-    """Return a simulated server's iteration costs: its ``costs``, times ``slower``."""
+    """Return a simulated server's costs: its ``costs``, without the host cache, times ``slower``."""
     name = spec.options.get("costs", args.sim_costs)
     if name not in COSTS:
         raise ValueError(f"costs={name}: one of {', '.join(sorted(COSTS))}")
     costs = COSTS[name]
-    factor = _number(spec.options.get("slower", "1"), "slower")
-    return EngineCosts(
-        fixed_s=costs.fixed_s * factor,
-        per_prefill_token_s=costs.per_prefill_token_s * factor,
-        per_decode_seq_s=costs.per_decode_seq_s * factor,
-    )
+    host_cache = spec.options.get("host-cache", "on")
+    if host_cache not in ("on", "off"):
+        raise ValueError(f"host-cache={host_cache}: on or off")
+    if host_cache == "off":
+        costs = costs.without_host_cache()
+    return costs.scaled(_number(spec.options.get("slower", "1"), "slower"))
 
 
 def _sim_config(args: argparse.Namespace, spec: ServerSpec) -> SimConfig:

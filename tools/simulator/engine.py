@@ -6,18 +6,28 @@ One loop runs iterations like llama.cpp's ``update_slots`` or vLLM's scheduler s
   queue (only its head may be admitted, as in the real servers);
 * an iteration prefills up to ``prefill_chunk_tokens`` prompt tokens (all of every waiting prompt
   when it is None) and decodes one token for every sequence whose prompt is done;
-* it lasts ``fixed_s + per_prefill_token_s * prefilled + per_decode_seq_s * decoding``, divided
-  by ``speed``;
+* it lasts what ``EngineCosts.pass_seconds`` says (``costs.py``: a fixed part, the prompt tokens
+  above a floor, the decoding sequences), divided by ``speed``; every task launched blocks the loop
+  ``task_overhead_s`` more;
 * the KV cache holds ``kv_capacity_tokens``; when decoding outgrows it, the most recently
   admitted sequence is preempted (its cache dropped, as vLLM's recompute preemption does) and
   goes back to the head of the queue, to prefill its prompt and its output again;
-* a cancelled sequence (client gone) leaves its slot at once;
+* a cancelled sequence (client gone) leaves its slot at once, or, with ``cancel_notice_s``, goes
+  on decoding (its tokens dropped) until the server notices, as llama-server does at its next
+  token write or within a second;
 * every slot keeps the prompt (and the answer) of the last sequence it served, as llama.cpp's
   slots do: a sequence placed on it prefills only what its prompt does not share with that cache.
   A request may name its slot (llama.cpp's ``id_slot``; it waits for that slot); otherwise the
   engine picks the free slot whose cache shares most of the prompt when that is at least
   ``SIMILARITY_THRESHOLD`` of it (llama.cpp's ``--slot-prompt-similarity``), else the free slot
   used least recently. Ollama's runner also reuses the longest cached prefix among its slots.
+  A request naming a busy slot is deferred, the others behind it go on;
+* with ``costs.host_cache``, llama-server's host prompt cache (``host_cache.py``): a request that
+  keeps less than ``KEEP_THRESHOLD`` of its slot's content, takes a slot by least-recent use or
+  named a busy one saves that slot first and loads a saved prompt that it shares more with (at
+  least ``LOAD_THRESHOLD`` of that saved prompt; the entry moves into the slot); at every
+  launch each idle slot whose content changed is saved (``--cache-idle-slots``). The loop is
+  blocked meanwhile: nothing decodes.
 
 Nothing here is random: the order of events depends only on the order of submissions.
 """
@@ -32,48 +42,32 @@ from dataclasses import dataclass, field
 import itertools
 import time
 
+from tools.simulator.costs import (
+    COSTS,
+    CPU_COSTS,
+    GPU_COSTS,
+    EngineCosts,
+    HostCacheCosts,
+)
+from tools.simulator.host_cache import HostCache, common_prefix
+
 SIMILARITY_THRESHOLD = 0.1
 """The share of a prompt a slot's cache must hold for the engine to pick that slot for it."""
+KEEP_THRESHOLD = 0.5
+"""A request keeping less than this share of its slot's content saves that content first."""
+LOAD_THRESHOLD = 0.25
+"""A saved prompt is loaded only when the new prompt shares at least this share of it."""
 
-
-def common_prefix(a: str, b: str) -> int:
-    """Length of the longest common prefix of two strings."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EngineCosts:
-    """Cost model of one iteration, in seconds at ``speed == 1``.
-
-    Defaults: a consumer GPU serving an 8B model at 4-bit with llama.cpp (decoding on the slow
-    side of published figures, prompt processing mid-range). llama.cpp PR #15802 (RTX 3090,
-    Llama 8B Q4_0) measures 155 tokens/s decoding one sequence and 469 tokens/s with four (6.5 ms
-    and 8.5 ms an iteration); a community llama-bench report (dmatora/LLM-inference-speed-
-    benchmarks #12, RTX 3080, Llama 3.1 8B Q4_K_M) gives 112 tokens/s generation and 3,807
-    tokens/s prompt processing. Here one sequence decodes in 9.5 ms (105 tokens/s), four in 14 ms
-    (286 tokens/s), and a prompt token costs 0.15 ms (6,700 tokens/s).
-    """
-
-    fixed_s: float = 0.008
-    per_prefill_token_s: float = 0.00015
-    per_decode_seq_s: float = 0.0015
-
-
-GPU_COSTS = EngineCosts()
-"""The defaults: a consumer GPU, on which four sequences cost 1.5x one."""
-CPU_COSTS = EngineCosts(
-    fixed_s=0.0002, per_prefill_token_s=0.000029, per_decode_seq_s=0.0011
-)
-"""A CPU server, shaped on the real llama-server of the tests (a tiny model, 2 threads): one
-sequence decodes in 1.3 ms, two in 2.4 ms (1.85x), and a prompt token costs 29 us (34,500 tokens/s)."""
-COSTS = {"gpu": GPU_COSTS, "cpu": CPU_COSTS}
+__all__ = [
+    "COSTS",
+    "CPU_COSTS",
+    "GPU_COSTS",
+    "Engine",
+    "EngineCosts",
+    "HostCacheCosts",
+    "Sequence",
+    "common_prefix",
+]
 
 
 @dataclass(slots=True, eq=False)
@@ -100,9 +94,11 @@ class Sequence:
     """The answer's tokens (the slot's cache holds the prompt and what was generated)."""
     want_slot: int | None = None
     """The slot the request named (it waits for it)."""
+    deferred: bool = False
+    """It named a slot that was busy."""
     prefill_only: bool = False
     """Evaluate the prompt into the slot's cache and end (llama.cpp ``/completion`` with
-    ``n_predict: 0``)."""
+    ``n_predict: 0``: one token is sampled, in the prompt's last pass)."""
     cached_prompt_tokens: int = 0
     """Prompt tokens the slot's cache held when the sequence was admitted (last admission)."""
 
@@ -114,7 +110,7 @@ class Sequence:
 
 @dataclass(slots=True)
 class EngineStats:
-    """Running totals, read by ``/metrics`` and ``/slots``."""
+    """Running totals, read by ``/metrics``, ``/slots`` and the fidelity report."""
 
     prompt_tokens_total: int = 0
     prompt_seconds_total: float = 0.0
@@ -125,6 +121,17 @@ class EngineStats:
     preemptions_total: int = 0
     requests_total: int = 0
     cancelled_total: int = 0
+    launches_total: int = 0
+    """Tasks launched on a slot (chats and prefill steps)."""
+    prefill_steps_total: int = 0
+    prefill_step_tokens_total: int = 0
+    """Prompt tokens the prefill steps evaluated."""
+    saves_total: int = 0
+    loads_total: int = 0
+    host_cache_seconds_total: float = 0.0
+    """The loop blocked by the host prompt cache's copies."""
+    blocked_seconds_total: float = 0.0
+    """The loop blocked between iterations: the copies and the tasks' overhead."""
 
 
 class Engine:
@@ -159,7 +166,18 @@ class Engine:
         self.running: list[Sequence] = []
         self.slot_cache: list[str] = [""] * slots
         """What each slot's prompt cache holds (rendered text)."""
+        self.slot_tokens: list[int] = [0] * slots
+        """How many tokens each slot's cache holds."""
+        self.slot_saved: list[bool] = [True] * slots
+        """Whether each slot's content is in the host cache (or there is nothing to save)."""
+        self.host_cache = (
+            HostCache(costs.host_cache.capacity_tokens)
+            if costs.host_cache is not None
+            else None
+        )
         self._slot_used: list[float] = [0.0] * slots
+        self._blocked_s = 0.0
+        """What the launches since the last iteration cost the loop."""
         self._ids = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -217,13 +235,25 @@ class Engine:
         return seq
 
     def cancel(self, seq: Sequence) -> None:
-        """Drop a sequence (its client went away); frees its slot and cache at once."""
-        if seq.finished:
+        """Drop a sequence (its client went away).
+
+        A waiting one goes at once; a running one frees its slot at once, or after
+        ``costs.cancel_notice_s`` (it decodes on meanwhile, its tokens dropped).
+        """
+        if seq.finished or seq.cancelled:
             return
         seq.cancelled = True
         self.stats.cancelled_total += 1
         if seq in self.waiting:
             self.waiting.remove(seq)
+        elif seq in self.running and self.costs.cancel_notice_s > 0:
+            asyncio.get_running_loop().call_later(
+                self.costs.cancel_notice_s / self.speed, self._drop, seq
+            )
+            return
+        self._drop(seq)
+
+    def _drop(self, seq: Sequence) -> None:
         if seq in self.running:
             self.running.remove(seq)
         self._end(seq)
@@ -258,9 +288,15 @@ class Engine:
                 await self._wake.wait()
                 continue
             self._admit()
+            if self._blocked_s > 0:
+                # Launching tasks (and the host cache's copies) hold the loop: nothing decodes.
+                blocked, self._blocked_s = self._blocked_s, 0.0
+                self.stats.blocked_seconds_total += blocked
+                await asyncio.sleep(blocked / self.speed)
             if not self.running:
-                # The head of the queue does not fit in an empty cache: it can never run.
-                self._end(self.waiting.popleft())
+                if self.waiting:
+                    # The head of the queue does not fit in an empty cache: it can never run.
+                    self._end(self.waiting.popleft())
                 continue
             await self._iterate()
 
@@ -273,43 +309,112 @@ class Engine:
                 break
             free = sorted({*range(self.slots)} - {seq.slot for seq in self.running})
             if head.want_slot is not None and head.want_slot not in free:
+                head.deferred = True
                 deferred.append(self.waiting.popleft())
                 continue
             self.waiting.popleft()
-            slot = (
-                head.want_slot if head.want_slot is not None else self._pick(head, free)
-            )
-            cached = self._cached_tokens(head, slot)
-            head.slot = slot
-            head.cached_prompt_tokens = cached
-            head.prefill_remaining = head.context - cached
-            head.cached = cached
-            self._slot_used[slot] = self._clock()
-            self.running.append(head)
+            by_recent_use = False
+            if head.want_slot is not None:
+                slot = head.want_slot
+            else:
+                slot, by_recent_use = self._pick(head, free)
+            self._launch(head, slot, by_recent_use=by_recent_use)
         self.waiting.extendleft(reversed(deferred))
 
-    def _pick(self, seq: Sequence, free: list[int]) -> int:
-        """Pick the free slot whose cache holds most of the prompt, else the least recently used."""
+    def _launch(self, seq: Sequence, slot: int, *, by_recent_use: bool) -> None:
+        self.stats.launches_total += 1
+        self._blocked_s += self.costs.task_overhead_s
+        if self.host_cache is not None:
+            self._swap(seq, slot, by_recent_use=by_recent_use)
+        cached = self._cached_tokens(seq, slot)
+        seq.slot = slot
+        seq.cached_prompt_tokens = cached
+        seq.prefill_remaining = seq.context - cached
+        seq.cached = cached
+        self._slot_used[slot] = self._clock()
+        self.running.append(seq)
+        if self.host_cache is not None:
+            self._save_idle_slots()
+
+    def _swap(self, seq: Sequence, slot: int, *, by_recent_use: bool) -> None:
+        """Save the slot's content first, then load a better match (the host cache at a launch)."""
+        cache, costs = self.host_cache, self.costs.host_cache
+        assert cache is not None and costs is not None
+        content = self.slot_cache[slot]
+        kept = common_prefix(seq.prompt_text, content) if seq.prompt_text else 0
+        losing = bool(content) and kept < KEEP_THRESHOLD * len(content)
+        if not (by_recent_use or seq.deferred or losing):
+            return
+        self._save(slot)
+        found = cache.best(seq.prompt_text) if seq.prompt_text else None
+        if found is None:
+            return
+        entry, shared = found
+        # Worth it only for a prompt that shares more than the slot keeps, and enough of the entry.
+        if shared <= kept or shared < LOAD_THRESHOLD * len(entry.text):
+            return
+        # The entry moves into the slot (llama.cpp erases it from the cache).
+        cache.take(entry)
+        self.slot_cache[slot] = entry.text
+        self.slot_tokens[slot] = entry.tokens
+        self.slot_saved[slot] = False
+        self.stats.loads_total += 1
+        self._block_for_cache(costs.load_seconds(entry.tokens))
+
+    def _save_idle_slots(self) -> None:
+        costs = self.costs.host_cache
+        assert costs is not None
+        if not costs.idle_slots:
+            return
+        busy = {seq.slot for seq in self.running}
+        for slot in range(self.slots):
+            if slot not in busy:
+                self._save(slot)
+
+    def _save(self, slot: int) -> None:
+        """Save a slot's content if it changed since it was saved (and the cache lacks it)."""
+        cache, costs = self.host_cache, self.costs.host_cache
+        assert cache is not None and costs is not None
+        if self.slot_saved[slot]:
+            return
+        self.slot_saved[slot] = True
+        if cache.save(self.slot_cache[slot], self.slot_tokens[slot]):
+            self.stats.saves_total += 1
+            self._block_for_cache(costs.save_seconds(self.slot_tokens[slot]))
+
+    def _block_for_cache(self, seconds: float) -> None:
+        self._blocked_s += seconds
+        self.stats.host_cache_seconds_total += seconds
+
+    def _pick(self, seq: Sequence, free: list[int]) -> tuple[int, bool]:
+        """Pick the free slot whose cache holds most of the prompt, else the least recently used.
+
+        Returns the slot and whether it was picked by least-recent use.
+        """
         if seq.prompt_text:
             shared, best = max(
                 (common_prefix(seq.prompt_text, self.slot_cache[i]), -i) for i in free
             )
             if shared >= SIMILARITY_THRESHOLD * len(seq.prompt_text):
-                return -best
-        return min(free, key=lambda i: self._slot_used[i])
+                return -best, False
+        return min(free, key=lambda i: self._slot_used[i]), True
 
     def _cached_tokens(self, seq: Sequence, slot: int) -> int:
         """Prompt tokens the slot's cache saves this sequence (at least one is always evaluated)."""
+        content = self.slot_cache[slot]
+        self.slot_cache[slot] = ""  # overwritten from here on
+        self.slot_tokens[slot] = 0
+        self.slot_saved[slot] = True
         if not seq.prompt_text:
             return 0
         text = seq.prompt_text
-        shared = common_prefix(text, self.slot_cache[slot])
-        self.slot_cache[slot] = ""  # overwritten from here on
+        shared = common_prefix(text, content)
         return min(seq.context - 1, seq.prompt_tokens * shared // len(text))
 
     async def _iterate(self) -> None:
         budget = self.prefill_chunk_tokens
         prefilled = 0
+        prompts = 0
         emitting: list[Sequence] = []
         done_prefilling: list[Sequence] = []
         decoding = 0
@@ -325,6 +430,7 @@ class Engine:
                 seq.prefill_remaining -= take
                 seq.cached += take
                 prefilled += take
+                prompts += 1
                 if budget is not None:
                     budget -= take
                 if seq.prefill_remaining == 0:
@@ -335,17 +441,14 @@ class Engine:
             else:
                 decoding += 1
                 emitting.append(seq)
-        seconds = (
-            self.costs.fixed_s
-            + self.costs.per_prefill_token_s * prefilled
-            + self.costs.per_decode_seq_s * decoding
-        )
+        costs = self.costs
+        seconds = costs.pass_seconds(prefilled, prompts, decoding)
         await asyncio.sleep(seconds / self.speed)
         self.stats.prompt_tokens_total += prefilled
-        self.stats.prompt_seconds_total += (
-            self.costs.per_prefill_token_s * prefilled
-            + (self.costs.fixed_s if decoding == 0 else 0.0)
-        )
+        if prefilled:
+            self.stats.prompt_seconds_total += seconds - (
+                costs.pass_seconds(0, 0, decoding) if decoding else 0.0
+            )
         if decoding:
             self.stats.decode_iterations_total += 1
             self.stats.busy_slots_sum += len(self.running)
@@ -353,6 +456,10 @@ class Engine:
         for seq in done_prefilling:
             emitting.remove(seq)
             if seq in self.running:
+                self.stats.prefill_steps_total += 1
+                self.stats.prefill_step_tokens_total += (
+                    seq.prompt_tokens - seq.cached_prompt_tokens
+                )
                 self.running.remove(seq)
                 self._end(seq)
         for seq in emitting:
@@ -391,6 +498,11 @@ class Engine:
             self.slot_cache[seq.slot] = (
                 seq.prompt_text + "".join(seq.pieces[: seq.generated]) if done else ""
             )
+            self.slot_tokens[seq.slot] = seq.context if done else 0
+            self.slot_saved[seq.slot] = not done
+        if seq.slot is not None:
+            # llama.cpp stamps a slot's last use when it is released.
+            self._slot_used[seq.slot] = self._clock()
         seq.slot = None
         seq.cached = 0
         seq.tokens.put_nowait(None)

@@ -8,7 +8,8 @@ run many mixed workloads against the costs of a real server. It plays llama.cpp 
 prefilled in steps) or a server that places requests itself (``chooses_slots=False``).
 
 A request's behaviour may travel in its ``options``: ``prompt_tokens`` (else its rendered text's
-length, four characters a token), ``answer_tokens`` (else ``max_tokens``, else 256), and ``fail``
+length, four characters a token; the server counts ``costs.tokens_per_estimate`` of its own for
+each), ``answer_tokens`` (else ``max_tokens``, else 256), and ``fail``
 (``"connect"``: fails before anything is sent back; an integer: fails after that many tokens).
 Answers are the tokens ``w0 w1 w2 ...``, continued after an assistant prefix.
 """
@@ -130,7 +131,7 @@ class EngineBackend(Backend):
 
     async def prefill(self, model: str, text: str, slot: int) -> PrefillStep:
         """Evaluate the start of a prompt into a slot's cache (``n_predict`` 0)."""
-        tokens = max(1, len(text) // CHARS_PER_TOKEN)
+        tokens = self._server_tokens(max(1, len(text) // CHARS_PER_TOKEN))
         seq = self.engine.submit(
             tokens, 0, prompt_text=text, slot=slot, prefill_only=True
         )
@@ -142,12 +143,10 @@ class EngineBackend(Backend):
             self.in_flight.pop(seq.id, None)
             self.engine.cancel(seq)
         evaluated = tokens - seq.cached_prompt_tokens
-        costs = self.engine.costs
         # What llama-server's timings say (``prompt_ms``): the prefill, not the wait for it.
         return PrefillStep(
             evaluated_tokens=evaluated,
-            seconds=(costs.fixed_s + costs.per_prefill_token_s * evaluated)
-            / self.engine.speed,
+            seconds=self.engine.costs.pass_seconds(evaluated, 1, 0) / self.engine.speed,
         )
 
     def chat(self, request: ChatRequest) -> AsyncIterator[StreamChunk]:
@@ -165,6 +164,10 @@ class EngineBackend(Backend):
             "<assistant>" + request.assistant_prefix
         )
 
+    def _server_tokens(self, estimate: int) -> int:
+        """Return what the server's tokenizer counts for ``estimate`` of our tokens."""
+        return max(1, round(estimate * self.engine.costs.tokens_per_estimate))
+
     def _track(self, seq: Sequence) -> None:
         self.in_flight[seq.id] = seq
         self.most_in_flight = max(self.most_in_flight, len(self.in_flight))
@@ -179,8 +182,9 @@ class EngineBackend(Backend):
         limit = request.max_tokens if request.max_tokens is not None else total
         count = max(0, min(limit, total - done_before))
         text = self._render(request)
-        prompt = done_before + int(
-            options.get("prompt_tokens", max(1, len(text) // CHARS_PER_TOKEN))
+        prompt = self._server_tokens(
+            done_before
+            + int(options.get("prompt_tokens", max(1, len(text) // CHARS_PER_TOKEN)))
         )
         self.prompts.append((request, prompt))
         if self.context_per_slot is not None:

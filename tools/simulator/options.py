@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tools.simulator.engine import COSTS
+from tools.simulator.costs import COSTS, DEFAULT_PROFILE
 from tools.simulator.server import SimConfig
 
 
@@ -22,8 +22,9 @@ def add_sim_options(parser: argparse.ArgumentParser, prefix: str = "") -> None:
         help="simulated time runs this much faster",
     )  # fmt: skip
     parser.add_argument(
-        f"{option}costs", choices=sorted(COSTS), default="gpu",
-        help="the iteration costs: a GPU's (the default) or a CPU's",
+        f"{option}costs", choices=sorted(COSTS), default=DEFAULT_PROFILE,
+        help="the server's costs (tools/simulator/costs.py): gpu-published (the default), "
+        "gpu (an H200, fitted), gpu-fa-off (it without flash attention) or cpu",
     )  # fmt: skip
     parser.add_argument(f"{option}seed", type=int, default=defaults.seed)
     parser.add_argument(

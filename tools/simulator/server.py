@@ -420,8 +420,7 @@ class SimulatedServer:
                 "timings": {
                     "cache_n": seq.cached_prompt_tokens,
                     "prompt_n": evaluated,
-                    "prompt_ms": 1000
-                    * (costs.fixed_s + costs.per_prefill_token_s * evaluated),
+                    "prompt_ms": 1000 * costs.pass_seconds(evaluated, 1, 0),
                 },
             }
         )

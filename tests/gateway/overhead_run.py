@@ -266,7 +266,9 @@ async def _measure(
     through = (gateway.openai_url, {"Authorization": f"Bearer {client.api_key}"})
     model = server.model_name
     times: dict[str, list[float]] = {"bare": [], "gateway": []}
+    cpu: dict[str, list[float]] = {"bare": [], "gateway": []}
     prompt_tokens = 0
+    load_before = os.getloadavg()[0]
     async with aiohttp.ClientSession() as session:
         for number in range(WARM_UP + ROUNDS):
             # The two commands of a pair are half the list apart: never the same.
@@ -277,11 +279,13 @@ async def _measure(
             order = ("bare", "gateway") if number % 2 else ("gateway", "bare")
             for path in order:
                 url, headers = bare if path == "bare" else through
+                started = time.process_time()
                 ttft, prompt_tokens = await _first_token(
                     session, url, headers, _body(model, commands[path])
                 )
                 if number >= WARM_UP:
                     times[path].append(ttft)
+                    cpu[path].append(time.process_time() - started)
     direct, gated = times["bare"], times["gateway"]
     pairs = [g - d for d, g in zip(direct, gated, strict=True)]
     p95 = {path: percentile(sorted(values), 0.95) for path, values in times.items()}
@@ -293,13 +297,16 @@ async def _measure(
         ("TTFT p95, bare / through the gateway",
          f"{_ms(p95['bare'])} / {_ms(p95['gateway'])} ({p95['gateway'] / p95['bare']:.2f}x)"),
         ("gateway overhead, median of the pairs' differences", _ms(statistics.median(pairs))),
+        ("CPU time of this process per request p50, bare / through the gateway",
+         f"{_ms(statistics.median(cpu['bare']))} / {_ms(statistics.median(cpu['gateway']))}"),
     ]  # fmt: skip
     table = "\n".join(
         ["| | |", "|---|---|", *(f"| {name} | {value} |" for name, value in rows)]
     )
     sys.stdout.write(
         f"\n{ROUNDS} pairs of voice commands ({prompt_tokens}-token prompt, {MAX_TOKENS} "
-        f"output tokens), idle real llama-server, load {os.getloadavg()[0]:.2f}:\n{table}\n"
+        f"output tokens), idle real llama-server, load {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after:\n{table}\n"
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 import pytest
 
@@ -90,6 +91,48 @@ async def test_preempted_background_resumes_on_its_own_slot() -> None:
     tag = preempted[0].request.options["tag"]
     first, resumed = _slots(backend, tag)
     assert resumed == first
+
+
+@dataclass
+class _SlotsReadServer(FakeBackend):
+    """A server that chooses slots and counts the reads of its ``/slots``."""
+
+    slot_reads: int = 0
+
+    async def busy_slots(self) -> frozenset[int] | None:
+        """Count the read, answer as the fake server does."""
+        self.slot_reads += 1
+        return await super().busy_slots()
+
+
+async def test_commands_that_end_as_the_server_ends_them_never_read_the_slots() -> None:
+    """No round trip to ``/slots`` before a command whose slot the last one left ended.
+
+    Only a slot freed by a stream stopped mid-answer may still be busy at the server: the
+    next command placed on it reads ``/slots`` first, once (the fake server lets go at once).
+    """
+    clock = FakeClock()
+    backend = _SlotsReadServer(clock, chooses_slots=True)
+    scheduler = Scheduler(
+        backend,
+        SchedulerSettings(max_sequences=4, server_slots=4, headroom=1),
+        clock=clock,
+    )
+    for text in ("turn on the kitchen", "turn off the hall", "what time is it"):
+        assert (await _voice(scheduler, text)).finished.outcome == "ok"
+    assert backend.slot_reads == 0
+    stream = scheduler.stream(
+        _command("tell me a story", tag="voice", answer_tokens=50),
+        lane=Lane.VOICE,
+        requester="v",
+    )
+    async for chunk in stream:
+        if chunk.text:
+            break
+    await stream.aclose()
+    await _voice(scheduler, "turn on the fan")
+    assert backend.slot_reads == 1
+    assert _slots(backend, "voice") == [0, 0, 0, 0, 0]
 
 
 async def test_no_slot_is_named_where_the_server_chooses() -> None:

@@ -102,6 +102,11 @@ class Box(Backend):
         self._check()
         return await self.server.metrics()
 
+    async def busy_slots(self) -> frozenset[int] | None:
+        """Report the slots holding a sequence, as ``/slots`` says (while powered)."""
+        self._check()
+        return await self.server.busy_slots() if self.chooses_slots else None
+
     async def warm_up(self, model: str) -> bool:
         """Say the model is loaded (while powered)."""
         self._check()

@@ -67,17 +67,24 @@ def test_direct_lands_within_the_tolerance_of_the_measured_run(
 
 
 @pytest.mark.parametrize("evening", sorted(EVENINGS))
-def test_todays_lanes_leave_the_loop_blocked_most_of_the_window(evening: str) -> None:
-    """The example to turn around: under ``lanes`` the host cache's copies hold the loop.
+def test_todays_lanes_on_the_measured_build(evening: str) -> None:
+    """The example to turn around, where it stands: voice turned, the copies not yet.
 
-    The measured run blocked it 74 % of the window; on the simulator more than half, and more
-    than under ``direct``.
+    The measured run's ``lanes`` made voice's median 5.7x the bare server's, its loop blocked
+    74 % of the window by the host cache's copies. Today's ``lanes`` on the same build (the
+    simulator's ``gpu-fa-off``) gives voice a lower median and p95 than ``direct``; the copies
+    still block the loop about half the window, more than under ``direct`` (what keeps
+    background below ``direct``'s here, README *Server advice*: ``--cache-ram 0``).
     """
-    lanes, direct = _replay(evening, "lanes").work, _replay(evening, "direct").work
-    assert lanes.blocked_share > 0.5
-    assert lanes.blocked_share > direct.blocked_share
-    assert lanes.saves > 0
-    assert lanes.host_cache_s > 0.8 * (lanes.blocked_s - 0.01 * lanes.launches)
+    lanes, direct = _replay(evening, "lanes"), _replay(evening, "direct")
+    assert lanes.figures.voice_ttft_p50_s < direct.figures.voice_ttft_p50_s
+    assert lanes.figures.voice_ttft_p95_s < direct.figures.voice_ttft_p95_s
+    assert lanes.work.blocked_share > 0.4
+    assert lanes.work.blocked_share > direct.work.blocked_share
+    assert lanes.work.saves > 0
+    assert lanes.work.host_cache_s > 0.8 * (
+        lanes.work.blocked_s - 0.01 * lanes.work.launches
+    )
 
 
 def test_the_measured_figures_are_read_from_the_reports() -> None:

@@ -22,6 +22,9 @@ from custom_components.llm_lanes.core.run_state import (
     ShareLedger,
 )
 from custom_components.llm_lanes.core.settings import Policy, SchedulerSettings
+from custom_components.llm_lanes.core.slots import SlotPlacer
+
+from .fakes import FakeBackend, FakeClock
 
 
 class Queue(RunState):
@@ -412,3 +415,61 @@ def test_background_that_can_no_longer_be_preempted_leaves_the_headroom(
     # Once the other slot frees, it runs there: the share and progress keep their due.
     queue.release(first)
     assert queue.choose(0.0) == Admit(immune)
+
+
+def test_a_server_slow_to_free_a_cancelled_slot_keeps_its_prefilling_background() -> (
+    None
+):
+    """Preempting to lighten the batch beside voice pays only where cancelling is quick.
+
+    A llama-server notices a closed stream at its next token write or within a second, the
+    stream decoding on meanwhile: where the scheduler measured that (``cancels_quickly``), the
+    long prompt in prefill is left to run rather than cancelled for nothing.
+    """
+    settings = SchedulerSettings(
+        max_sequences=4, headroom=1, background_share=0
+    ).with_lane(Lane.BACKGROUND, max_concurrency=4)
+    decisions = []
+    for latency_s in (0.02, 0.5):
+        queue = Queue(settings)
+        placer = SlotPlacer(FakeBackend(FakeClock(), chooses_slots=True))
+        placer._latencies.append(latency_s)
+        queue.foreground = Foreground(settings.max_sequences, placer)
+        long_prefill = entry(1, Lane.BACKGROUND, "job", prompt=1300)
+        queue.push(long_prefill)
+        queue.start(long_prefill)
+        queue.push(entry(2, Lane.VOICE, "v", prompt=150))
+        decisions.append(queue.choose(0.0))
+    quick, slow = decisions
+    assert isinstance(quick, Preempt)
+    assert isinstance(slow, Admit)
+    assert slow.request.seq == 2
+
+
+def test_where_cancelling_is_slow_voice_waits_for_a_running_chat_rather_than_preempt() -> (
+    None
+):
+    """Every slot taken: a chat ends sooner than a slow server lets go of a cancelled stream.
+
+    Where the server frees a cancelled slot within ``LEND_MAX_CANCEL_S`` voice preempts the
+    least-advanced background stream; where it takes half a second voice waits for the chat's
+    slot, and preempts only when nothing but background runs.
+    """
+    settings = SchedulerSettings(max_sequences=3, headroom=0, background_share=0)
+    decisions = []
+    for latency_s, chat_running in ((0.02, True), (0.5, True), (0.5, False)):
+        queue = Queue(settings)
+        placer = SlotPlacer(FakeBackend(FakeClock(), chooses_slots=True))
+        placer._latencies.append(latency_s)
+        queue.foreground = Foreground(settings.max_sequences, placer)
+        third = Lane.INTERACTIVE if chat_running else Lane.BACKGROUND
+        for seq, lane in enumerate((Lane.BACKGROUND, Lane.BACKGROUND, third), 1):
+            item = entry(seq, lane, f"r{seq}")
+            queue.push(item)
+            queue.start(item)
+        queue.push(entry(4, Lane.VOICE, "v"))
+        decisions.append(queue.choose(0.0))
+    quick, slow_beside_a_chat, slow_background_only = decisions
+    assert isinstance(quick, Preempt)
+    assert slow_beside_a_chat is None
+    assert isinstance(slow_background_only, Preempt)

@@ -113,10 +113,18 @@ class Foreground:
         llama-server copying slots to its host prompt cache may take most of a second, all of it
         voice's wait).
         """
+        return self.headroom.lendable and self.cancels_quickly()
+
+    def cancels_quickly(self) -> bool:
+        """Whether the server lets go of a cancelled stream's slot within ``LEND_MAX_CANCEL_S``.
+
+        Unknown until a cancellation was measured (``SlotPlacer.cancel_latency_s``). A llama-server
+        notices a closed stream at its next token write or within a second: meanwhile the stream
+        decodes on in the batch (and its slot may be copied to the host prompt cache), so
+        preempting it to lighten the batch beside voice gains nothing for that long.
+        """
         latency = self.slots.cancel_latency_s if self.slots is not None else None
-        return self.headroom.lendable and (
-            latency is None or latency <= LEND_MAX_CANCEL_S
-        )
+        return latency is None or latency <= LEND_MAX_CANCEL_S
 
     def only_voice_warm_slots_free(self, now: float) -> bool:
         """Whether the only free slots hold the last warm copies of an urgent lane's prompt."""

@@ -142,7 +142,11 @@ class LanesPolicy(SchedulingPolicy):
         running_by_lane = state.running_by_lane
         urgent_active = foreground.urgent_active(state, now)
         limit = foreground.background_limit(state, now)
-        if settings.preemption and state.running_in(state.yielding_lanes):
+        if (
+            settings.preemption
+            and state.running_in(state.yielding_lanes)
+            and foreground.cancels_quickly()
+        ):
             victim = _yield_to_foreground(
                 state, urgent_active=urgent_active, limit=limit
             )
@@ -199,7 +203,11 @@ class LanesPolicy(SchedulingPolicy):
                         return Preempt(victim)
                     continue
             if not has_room(state, request):
-                if not lane.yields and settings.preemption:
+                if (
+                    not lane.yields
+                    and settings.preemption
+                    and _slot_soonest_by_preemption(state, foreground)
+                ):
                     victim = _victim(state, request, rank)
                     if victim is not None:
                         return Preempt(victim)
@@ -217,6 +225,18 @@ class LanesPolicy(SchedulingPolicy):
                     return Preempt(victim)
             return Admit(request, rank)
         return None
+
+
+def _slot_soonest_by_preemption(state: RunState, foreground: Foreground) -> bool:
+    """Whether cancelling a background stream frees a slot sooner than waiting would.
+
+    Where the server lets go of a cancelled slot quickly, always. Where it takes most of a
+    second (``Foreground.cancels_quickly``), only while no other foreground request runs: a
+    command or a chat ends within that time, a background stream does not.
+    """
+    return foreground.cancels_quickly() or all(
+        r.lane.yields for r in state.running.values()
+    )
 
 
 def _may_claim_share(state: RunState) -> bool:

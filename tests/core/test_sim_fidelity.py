@@ -73,14 +73,13 @@ def test_todays_lanes_on_the_measured_build(evening: str) -> None:
     The measured run's ``lanes`` made voice's median 5.7x the bare server's, its loop blocked
     74 % of the window by the host cache's copies. Today's ``lanes`` on the same build (the
     simulator's ``gpu-fa-off``) gives voice a lower median and p95 than ``direct``; the copies
-    still block the loop about half the window, more than under ``direct`` (what keeps
-    background below ``direct``'s here, README *Server advice*: ``--cache-ram 0``).
+    still block the loop about half the window, as under ``direct`` (README *Server advice*:
+    ``--cache-ram 0`` on such a build).
     """
     lanes, direct = _replay(evening, "lanes"), _replay(evening, "direct")
     assert lanes.figures.voice_ttft_p50_s < direct.figures.voice_ttft_p50_s
     assert lanes.figures.voice_ttft_p95_s < direct.figures.voice_ttft_p95_s
     assert lanes.work.blocked_share > 0.4
-    assert lanes.work.blocked_share > direct.work.blocked_share
     assert lanes.work.saves > 0
     assert lanes.work.host_cache_s > 0.8 * (
         lanes.work.blocked_s - 0.01 * lanes.work.launches

@@ -145,6 +145,11 @@ def test_develop_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
     assert not own.simulated
     assert (own.entry_url, own.api_key) == ("http://192.168.1.20:8080", "secret")
 
+    # The browser test adds the simulator's entry through the UI: the simulator runs, no entry.
+    for_the_ui = dev_instance.DevInstance(tmp_path, seed_entry=False)
+    assert for_the_ui.simulated
+    assert for_the_ui.entry_url is None
+
     for wrong in (["--empty", "--server", "http://a:1"], ["--api-key", "secret"]):
         with pytest.raises(SystemExit):
             dev_instance.parse_args(wrong)

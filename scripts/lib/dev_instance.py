@@ -80,6 +80,8 @@ class DevInstance:
     sim_speed: float = 1.0
     # False leaves the LLM Lanes entry to be added through the UI (tests/e2e).
     seed_entry: bool = True
+    with_simulator: bool = True
+    """Whether the simulator runs (for the UI to add, with ``seed_entry`` False); never beside ``server``."""
     server: str | None = None
     """The LLM server the entry is for (none: the simulator, started with Home Assistant)."""
     api_key: str | None = None
@@ -99,8 +101,8 @@ class DevInstance:
 
     @property
     def simulated(self) -> bool:
-        """Whether the simulator runs: unless the entry is for another server, or there is none."""
-        return self.server is None and self.seed_entry
+        """Whether the simulator runs: unless the entry is for another server, or it is not wanted."""
+        return self.server is None and self.with_simulator
 
     @property
     def entry_url(self) -> str | None:
@@ -446,6 +448,7 @@ def instance_from_args(args: argparse.Namespace) -> DevInstance:
         sim_slots=args.sim_slots,
         sim_speed=args.sim_speed,
         seed_entry=not args.empty,
+        with_simulator=not args.empty,
         server=args.server,
         api_key=args.api_key,
     )

@@ -20,12 +20,17 @@ ASSIST = "You are the voice assistant of this home. Exposed entities: kitchen li
 
 
 def _placed(**settings: object) -> tuple[Scheduler, FakeBackend, FakeClock]:
-    """Build a scheduler over a fake server that lets clients choose slots (as llama.cpp)."""
+    """Build a scheduler over a fake server that lets clients choose slots (as llama.cpp).
+
+    The fake server frees a cancelled slot at once, and the scheduler has measured that (a
+    server not measured yet is taken as slow to let go: ``Foreground.cancels_quickly``).
+    """
     clock = FakeClock()
     backend = FakeBackend(clock, chooses_slots=True)
     values: dict[str, object] = {"max_sequences": 4, "server_slots": 4, "headroom": 1}
     values.update(settings)
     scheduler = Scheduler(backend, SchedulerSettings(**values), clock=clock)  # type: ignore[arg-type]
+    scheduler._slots._latencies.append(0.0)
     return scheduler, backend, clock
 
 

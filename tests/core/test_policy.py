@@ -427,23 +427,24 @@ def test_a_server_slow_to_free_a_cancelled_slot_keeps_its_prefilling_background(
     long prompt in prefill is left to run rather than cancelled for nothing.
     """
     settings = SchedulerSettings(
-        max_sequences=4, headroom=1, background_share=0
+        max_sequences=4, headroom=1, background_share=0, server_slots=4
     ).with_lane(Lane.BACKGROUND, max_concurrency=4)
     decisions = []
-    for latency_s in (0.02, 0.5):
+    for latency_s in (0.02, 0.5, None):
         queue = Queue(settings)
-        placer = SlotPlacer(FakeBackend(FakeClock(), chooses_slots=True))
-        placer._latencies.append(latency_s)
-        queue.foreground = Foreground(settings.max_sequences, placer)
+        queue.foreground = _placing_foreground(settings, latency_s)
         long_prefill = entry(1, Lane.BACKGROUND, "job", prompt=1300)
         queue.push(long_prefill)
         queue.start(long_prefill)
         queue.push(entry(2, Lane.VOICE, "v", prompt=150))
         decisions.append(queue.choose(0.0))
-    quick, slow = decisions
+    quick, slow, unmeasured = decisions
     assert isinstance(quick, Preempt)
     assert isinstance(slow, Admit)
     assert slow.request.seq == 2
+    # Not measured yet: taken as slow (a llama-server's way) until a cancellation is measured.
+    assert isinstance(unmeasured, Admit)
+    assert unmeasured.request.seq == 2
 
 
 def test_where_cancelling_is_slow_voice_waits_for_a_running_chat_rather_than_preempt() -> (
@@ -455,13 +456,18 @@ def test_where_cancelling_is_slow_voice_waits_for_a_running_chat_rather_than_pre
     least-advanced background stream; where it takes half a second voice waits for the chat's
     slot, and preempts only when nothing but background runs.
     """
-    settings = SchedulerSettings(max_sequences=3, headroom=0, background_share=0)
+    settings = SchedulerSettings(
+        max_sequences=3, headroom=0, background_share=0, server_slots=3
+    )
     decisions = []
-    for latency_s, chat_running in ((0.02, True), (0.5, True), (0.5, False)):
+    for latency_s, chat_running in (
+        (0.02, True),
+        (0.5, True),
+        (0.5, False),
+        (None, True),
+    ):
         queue = Queue(settings)
-        placer = SlotPlacer(FakeBackend(FakeClock(), chooses_slots=True))
-        placer._latencies.append(latency_s)
-        queue.foreground = Foreground(settings.max_sequences, placer)
+        queue.foreground = _placing_foreground(settings, latency_s)
         third = Lane.INTERACTIVE if chat_running else Lane.BACKGROUND
         for seq, lane in enumerate((Lane.BACKGROUND, Lane.BACKGROUND, third), 1):
             item = entry(seq, lane, f"r{seq}")
@@ -469,7 +475,41 @@ def test_where_cancelling_is_slow_voice_waits_for_a_running_chat_rather_than_pre
             queue.start(item)
         queue.push(entry(4, Lane.VOICE, "v"))
         decisions.append(queue.choose(0.0))
-    quick, slow_beside_a_chat, slow_background_only = decisions
+    quick, slow_beside_a_chat, slow_background_only, unmeasured = decisions
     assert isinstance(quick, Preempt)
     assert slow_beside_a_chat is None
     assert isinstance(slow_background_only, Preempt)
+    assert unmeasured is None
+
+
+def test_a_server_whose_slots_are_not_placed_is_taken_as_quick() -> None:
+    """Without slot placement nothing is waited for nor measured: voice preempts as it always did."""
+    settings = SchedulerSettings(
+        max_sequences=3, headroom=0, background_share=0, server_slots=3
+    )
+    for backend_places, placement in ((False, True), (True, False)):
+        queue = Queue(settings.with_values({"slot_placement": str(placement).lower()}))
+        placer = SlotPlacer(FakeBackend(FakeClock(), chooses_slots=backend_places))
+        placer.resize(queue.settings, 0)
+        assert placer.table is None
+        queue.foreground = Foreground(settings.max_sequences, placer)
+        for seq, lane in enumerate(
+            (Lane.BACKGROUND, Lane.BACKGROUND, Lane.INTERACTIVE), 1
+        ):
+            item = entry(seq, lane, f"r{seq}")
+            queue.push(item)
+            queue.start(item)
+        queue.push(entry(4, Lane.VOICE, "v"))
+        assert isinstance(queue.choose(0.0), Preempt)
+
+
+def _placing_foreground(
+    settings: SchedulerSettings, latency_s: float | None
+) -> Foreground:
+    """Build a foreground that places slots, a cancellation measured (None: none yet)."""
+    placer = SlotPlacer(FakeBackend(FakeClock(), chooses_slots=True))
+    placer.resize(settings, 0)
+    assert placer.table is not None
+    if latency_s is not None:
+        placer._latencies.append(latency_s)
+    return Foreground(settings.max_sequences, placer)

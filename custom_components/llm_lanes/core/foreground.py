@@ -118,13 +118,20 @@ class Foreground:
     def cancels_quickly(self) -> bool:
         """Whether the server lets go of a cancelled stream's slot within ``LEND_MAX_CANCEL_S``.
 
-        Unknown until a cancellation was measured (``SlotPlacer.cancel_latency_s``). A llama-server
-        notices a closed stream at its next token write or within a second: meanwhile the stream
-        decodes on in the batch (and its slot may be copied to the host prompt cache), so
-        preempting it to lighten the batch beside voice gains nothing for that long.
+        A llama-server notices a closed stream at its next token write or within a second:
+        meanwhile the stream decodes on in the batch (and its slot may be copied to the host
+        prompt cache), so preempting it to lighten the batch beside voice gains nothing for that
+        long. Where the scheduler places requests on slots it waits for a cancelled slot to be
+        reported free and measures that (``SlotPlacer.cancel_latency_s``): such a server is
+        taken as slow until a cancellation was measured quick (on the fitted GPU profile, the
+        first cancellations of an evening otherwise cost voice a fifth of its p95). A server
+        whose slots are not placed is not waited for, nor measured: it is taken as quick.
         """
-        latency = self.slots.cancel_latency_s if self.slots is not None else None
-        return latency is None or latency <= LEND_MAX_CANCEL_S
+        placer = self.slots
+        if placer is None or placer.table is None:
+            return True
+        latency = placer.cancel_latency_s
+        return latency is not None and latency <= LEND_MAX_CANCEL_S
 
     def only_voice_warm_slots_free(self, now: float) -> bool:
         """Whether the only free slots hold the last warm copies of an urgent lane's prompt."""
